@@ -1,0 +1,85 @@
+"""The exact tensors an adapter file holds, derived from its manifest alone.
+
+Torch-free on purpose: `hub bundle` and the registry check a bundle's safetensors header
+(names, shapes, dtypes) against this without loading any weights.
+
+Tensor names in `adapter.safetensors` (all float32):
+    adapters.{layer}.{placement}.down.weight   [m, d]   down-projection
+    adapters.{layer}.{placement}.down.bias     [m]
+    adapters.{layer}.{placement}.up.weight     [d, m]   up-projection
+    adapters.{layer}.{placement}.up.bias       [d]
+    layernorm.layers.{layer}.{placement}.weight_delta  [d]   gamma = gamma_base + delta
+    layernorm.layers.{layer}.{placement}.bias_delta    [d]   beta  = beta_base + delta
+    layernorm.{extra}.weight_delta / .bias_delta       [d]   e.g. extra = embeddings
+    head.*                                             see HEAD_TENSORS
+placement is `attention_output` or `ffn_output`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Shape = tuple[int, ...]
+
+HEAD_TYPES = ("sequence_classification", "regression", "token_classification",
+              "question_answering")
+EXTRA_LAYERNORMS = ("embeddings",)
+
+
+def head_tensors(head_type: str, d: int, num_outputs: int) -> dict[str, Shape]:
+    """Tensor shapes of a task head on hidden size `d`.
+
+    Raises:
+        ValueError: unknown head type.
+    """
+    if head_type in ("sequence_classification", "regression"):
+        return {"head.dense.weight": (d, d), "head.dense.bias": (d,),
+                "head.out.weight": (num_outputs, d), "head.out.bias": (num_outputs,)}
+    if head_type in ("token_classification", "question_answering"):
+        return {"head.out.weight": (num_outputs, d), "head.out.bias": (num_outputs,)}
+    raise ValueError(f"unknown head type {head_type!r}; choose from {', '.join(HEAD_TYPES)}")
+
+
+def adapter_tensors(d: int, m: int, layers: list[int], placement: list[str]) -> dict[str, Shape]:
+    out: dict[str, Shape] = {}
+    for i in layers:
+        for p in placement:
+            pre = f"adapters.{i}.{p}"
+            out.update({f"{pre}.down.weight": (m, d), f"{pre}.down.bias": (m,),
+                        f"{pre}.up.weight": (d, m), f"{pre}.up.bias": (d,)})
+    return out
+
+
+def layernorm_tensors(d: int, num_layers: int, placement_all: tuple[str, ...]) -> dict[str, Shape]:
+    out: dict[str, Shape] = {}
+    names = [f"layers.{i}.{p}" for i in range(num_layers) for p in placement_all]
+    for name in [*names, *EXTRA_LAYERNORMS]:
+        out[f"layernorm.{name}.weight_delta"] = (d,)
+        out[f"layernorm.{name}.bias_delta"] = (d,)
+    return out
+
+
+def expected_tensors(manifest: dict[str, Any]) -> dict[str, Shape]:
+    """All tensor names and shapes `adapter.safetensors` must hold for this manifest.
+
+    Raises:
+        KeyError: the manifest lacks a field the layout depends on.
+        ValueError: unknown head type.
+    """
+    from hubcli.core.config import PLACEMENTS
+
+    base, arch, head = manifest["base_model"], manifest["architecture"], manifest["head"]
+    d, n_layers = int(base["hidden_size"]), int(base["num_layers"])
+    out = adapter_tensors(d, int(arch["bottleneck"]), list(arch["layers"]), list(arch["placement"]))
+    if arch.get("layernorm", "delta") == "delta":
+        out.update(layernorm_tensors(d, n_layers, PLACEMENTS))
+    out.update(head_tensors(head["type"], d, int(head["num_outputs"])))
+    return out
+
+
+def adapter_param_count(d: int, m: int) -> int:
+    """Parameters of one bottleneck adapter: 2md + d + m."""
+    return 2 * m * d + d + m
+
+
+TENSOR_DTYPE = "F32"

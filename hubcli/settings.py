@@ -1,0 +1,52 @@
+"""Where the hub keeps its files, and how settings are resolved.
+
+Precedence everywhere: command-line flag > environment variable > config file > default.
+The config file is `$HUB_HOME/config.json` (HUB_HOME defaults to ~/.config/hub).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+DEFAULT_ENDPOINT = "http://127.0.0.1:8000"
+
+
+def hub_home() -> Path:
+    """The hub's config folder (keys, token, trust store, caches)."""
+    return Path(os.environ.get("HUB_HOME") or Path.home() / ".config" / "hub")
+
+
+def config_path() -> Path:
+    return hub_home() / "config.json"
+
+
+def load_config() -> dict[str, Any]:
+    """Read the config file; a missing file is an empty config."""
+    try:
+        return json.loads(config_path().read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def save_config(values: dict[str, Any]) -> None:
+    """Merge `values` into the config file, atomically, readable by the owner only."""
+    from hubcli.fsutil import atomic_write_text
+
+    merged = {**load_config(), **values}
+    atomic_write_text(config_path(), json.dumps(merged, indent=2) + "\n", mode=0o600)
+
+
+def resolve(flag: Any, env: str, key: str, default: Any = None) -> Any:
+    """flag > environment variable `env` > config file `key` > default."""
+    if flag is not None:
+        return flag
+    if os.environ.get(env):
+        return os.environ[env]
+    return load_config().get(key, default)
+
+
+def cache_dir() -> Path:
+    return hub_home() / "cache"
