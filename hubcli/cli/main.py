@@ -1,0 +1,62 @@
+"""Entry point of `hub`: the command group, and the one place errors become user messages."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import click
+
+from hubcli import __version__
+from hubcli.errors import HubError
+
+# Command modules are imported lazily so `hub --help` and fast commands never pay for torch.
+# Each entry: command name -> "module:attribute".
+COMMANDS: dict[str, str] = {
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except HubError as e:
+            report(e)
+            ctx.exit(1)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+
+
+def report(e: HubError) -> None:
+    """Print one line for the error and one for its hint; the traceback only with HUB_DEBUG=1."""
+    if os.environ.get("HUB_DEBUG") == "1":
+        import traceback
+
+        traceback.print_exception(e, file=sys.stderr)
+    click.secho(f"error: {e}", fg="red", err=True)
+    if e.hint:
+        click.echo(f"hint: {e.hint}", err=True)
+    if os.environ.get("HUB_DEBUG") != "1":
+        click.echo("(set HUB_DEBUG=1 for the full traceback)", err=True)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hub")
+def cli() -> None:
+    """Train, sign, publish and attach Houlsby adapters on a frozen BERT."""
+
+
+def main() -> None:
+    cli(prog_name="hub")
