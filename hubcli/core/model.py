@@ -1,0 +1,215 @@
+"""Find the targets in a loaded encoder, swap in the wrappers, and manage named adapters.
+
+One frozen base serves many adapters: each named adapter owns its bottleneck modules, its
+LayerNorm deltas and its head; `activate(name)` routes the forward pass through them, and with
+none active the encoder computes exactly what the untouched base computes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from hubcli.core.config import PLACEMENTS, HoulsbyConfig
+from hubcli.core.heads import HeadConfig, build_head
+from hubcli.core.layer import AdapterLinear, DeltaLayerNorm
+from hubcli.core.spec import EXTRA_LAYERNORMS
+from hubcli.core.targets import targets_for
+from hubcli.errors import AdapterError
+
+
+@dataclass(frozen=True)
+class AdapterInfo:
+    config: HoulsbyConfig
+    head: HeadConfig | None
+
+
+def _swap(root: nn.Module, path: str, wrap) -> nn.Module:
+    parent_path, _, attr = path.rpartition(".")
+    parent = root.get_submodule(parent_path) if parent_path else root
+    current = getattr(parent, attr)
+    if isinstance(current, (AdapterLinear, DeltaLayerNorm)):
+        return current
+    wrapped = wrap(current)
+    setattr(parent, attr, wrapped)
+    return wrapped
+
+
+class AdapterModel(nn.Module):
+    """A frozen encoder with Houlsby adapter sites injected, plus one head per adapter."""
+
+    def __init__(self, encoder: nn.Module):
+        super().__init__()
+        self.encoder = encoder
+        for p in encoder.parameters():
+            p.requires_grad_(False)
+        self.base_parameter_count = sum(p.numel() for p in encoder.parameters())
+        cfg = encoder.config
+        self.hidden_size: int = cfg.hidden_size
+        self.num_layers: int = cfg.num_hidden_layers
+        t = targets_for(cfg.model_type)
+        layers = encoder.get_submodule(t.layers)
+        self.adapter_sites: dict[tuple[int, str], AdapterLinear] = {}
+        self.layernorm_sites: dict[str, DeltaLayerNorm] = {}
+        for i, layer in enumerate(layers):
+            for placement in PLACEMENTS:
+                self.adapter_sites[(i, placement)] = _swap(layer, t.adapters[placement], AdapterLinear)
+                self.layernorm_sites[f"layers.{i}.{placement}"] = _swap(
+                    layer, t.layernorms[placement], DeltaLayerNorm)
+        for name in EXTRA_LAYERNORMS:
+            self.layernorm_sites[name] = _swap(encoder, t.extra_layernorms[name], DeltaLayerNorm)
+        self.heads = nn.ModuleDict()
+        self.infos: dict[str, AdapterInfo] = {}
+        self.active: str | None = None
+
+    # -- managing named adapters -------------------------------------------------------------
+
+    def add_adapter(self, name: str, config: HoulsbyConfig, head: HeadConfig | None) -> None:
+        """Create adapter `name` with fresh near-identity weights and zero LayerNorm deltas.
+
+        Raises:
+            AdapterError: `name` exists already.
+            ValueError: a layer index out of range.
+        """
+        if name in self.infos:
+            raise AdapterError(f"an adapter named {name!r} is already loaded",
+                               hint="remove it first or pick another name")
+        layers = set(config.resolved_layers(self.num_layers))
+        for (i, placement), site in self.adapter_sites.items():
+            if i in layers and placement in config.placement:
+                site.add(name, config.bottleneck, non_linearity=config.non_linearity,
+                         init_scale=config.init_scale)
+        if config.train_layernorm:
+            for site in self.layernorm_sites.values():
+                site.add(name)
+        if head is not None:
+            ref = self.encoder.get_input_embeddings().weight
+            self.heads[name] = build_head(self.hidden_size, head).to(device=ref.device)
+        self.infos[name] = AdapterInfo(config, head)
+
+    def remove_adapter(self, name: str) -> None:
+        self._require(name)
+        for site in [*self.adapter_sites.values(), *self.layernorm_sites.values()]:
+            site.remove(name)
+        if name in self.heads:
+            del self.heads[name]
+        del self.infos[name]
+        if self.active == name:
+            self.active = None
+
+    def activate(self, name: str) -> None:
+        """Route the forward pass through adapter `name` (its adapters, deltas and head)."""
+        self._require(name)
+        for site in [*self.adapter_sites.values(), *self.layernorm_sites.values()]:
+            site.active = name
+        self.active = name
+
+    def deactivate(self) -> None:
+        """Back to the untouched base: outputs are bit-identical to the original encoder."""
+        for site in [*self.adapter_sites.values(), *self.layernorm_sites.values()]:
+            site.active = None
+        self.active = None
+
+    def adapter_names(self) -> list[str]:
+        return list(self.infos)
+
+    def _require(self, name: str) -> None:
+        if name not in self.infos:
+            raise AdapterError(f"no adapter named {name!r} is loaded",
+                               hint=f"loaded: {', '.join(self.infos) or 'none'}")
+
+    # -- parameters and state ------------------------------------------------------------------
+
+    def named_adapter_tensors(self, name: str) -> dict[str, torch.Tensor]:
+        """Every tensor adapter `name` owns, under the names documented in `spec.py`."""
+        self._require(name)
+        out: dict[str, torch.Tensor] = {}
+        for (i, placement), site in self.adapter_sites.items():
+            if name in site.adapters:
+                for pname, p in site.adapters[name].named_parameters():
+                    out[f"adapters.{i}.{placement}.{pname}"] = p
+        for site_name, site in self.layernorm_sites.items():
+            if name in site.deltas:
+                for pname, p in site.deltas[name].named_parameters():
+                    out[f"layernorm.{site_name}.{pname}"] = p
+        if name in self.heads:
+            for pname, p in self.heads[name].named_parameters():
+                out[f"head.{pname}"] = p
+        return out
+
+    def trainable_parameters(self, name: str) -> list[nn.Parameter]:
+        return list(self.named_adapter_tensors(name).values())
+
+    def adapter_state_dict(self, name: str) -> dict[str, torch.Tensor]:
+        """Detached, contiguous copies for saving (no base weights)."""
+        return {k: v.detach().contiguous().clone() for k, v in self.named_adapter_tensors(name).items()}
+
+    def load_adapter_state(self, name: str, tensors: dict[str, torch.Tensor]) -> None:
+        """Copy saved tensors into adapter `name`; names and shapes must match exactly.
+
+        Raises:
+            AdapterError: missing, unexpected or mis-shaped tensors (all named).
+        """
+        own = self.named_adapter_tensors(name)
+        missing, extra = sorted(set(own) - set(tensors)), sorted(set(tensors) - set(own))
+        if missing or extra:
+            raise AdapterError(f"adapter weights do not match its manifest: missing {missing[:3]}, "
+                               f"unexpected {extra[:3]}")
+        with torch.no_grad():
+            for k, p in own.items():
+                if tuple(p.shape) != tuple(tensors[k].shape):
+                    raise AdapterError(f"tensor {k} has shape {tuple(tensors[k].shape)}, "
+                                       f"expected {tuple(p.shape)}")
+                p.copy_(tensors[k])
+
+    def parameter_counts(self, name: str) -> dict[str, int]:
+        """Trainable parameters of adapter `name` by group, its total, and the base's size."""
+        counts = {"adapters": 0, "layernorm": 0, "head": 0}
+        for k, v in self.named_adapter_tensors(name).items():
+            counts[k.split(".")[0]] += v.numel()
+        counts["trainable"] = sum(counts.values())
+        counts["base"] = self.base_parameter_count
+        return counts
+
+    # -- forward ---------------------------------------------------------------------------------
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+               token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Last hidden states of the encoder with the active adapter (if any)."""
+        kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            kwargs["token_type_ids"] = token_type_ids
+        return self.encoder(**kwargs).last_hidden_state
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits of the active adapter's head.
+
+        Raises:
+            AdapterError: no adapter is active, or it has no head.
+        """
+        if self.active is None or self.active not in self.heads:
+            raise AdapterError("no adapter with a head is active", hint="call activate(name) first")
+        hidden = self.encode(input_ids, attention_mask, token_type_ids)
+        return self.heads[self.active](hidden, attention_mask)
+
+
+class FullFinetuneModel(nn.Module):
+    """The paper's baseline: every encoder weight trained, plus a head. Not an adapter."""
+
+    def __init__(self, encoder: nn.Module, head: HeadConfig):
+        super().__init__()
+        self.encoder = encoder
+        self.head_config = head
+        self.head = build_head(encoder.config.hidden_size, head)
+        for p in encoder.parameters():
+            p.requires_grad_(True)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            kwargs["token_type_ids"] = token_type_ids
+        return self.head(self.encoder(**kwargs).last_hidden_state, attention_mask)

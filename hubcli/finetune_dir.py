@@ -1,0 +1,57 @@
+"""The output of `hub train --full-finetune`: a whole model folder, deliberately not an adapter.
+
+Layout: the encoder as a Hugging Face model folder (config.json, model.safetensors, tokenizer
+files), `head.safetensors`, and `finetune.json` describing task, head, base and metrics. It has
+no manifest.json, so nothing mistakes it for a publishable adapter.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hubcli.fsutil import staged_dir
+
+MARKER = "finetune.json"
+
+
+def is_finetune_dir(path: Path) -> bool:
+    return (Path(path) / MARKER).is_file()
+
+
+def write_finetune_dir(out: Path, model, base, task: str, training: dict, metrics: dict) -> None:
+    """Save encoder, tokenizer, head and description, all or nothing."""
+    from safetensors.torch import save_file
+
+    from hubcli.adapterdir import framework_versions, now_iso
+
+    with staged_dir(out) as tmp:
+        model.encoder.save_pretrained(tmp)
+        base.tokenizer.save_pretrained(tmp)
+        save_file({k: v.detach().contiguous() for k, v in model.head.state_dict().items()},
+                  str(tmp / "head.safetensors"))
+        doc = {"kind": "full-finetune", "note": "not an adapter: a complete fine-tuned model",
+               "task": task, "head": model.head_config.to_manifest(),
+               "base_model": base.info.to_manifest(), "training": training, "metrics": metrics,
+               "created": now_iso(), "framework": framework_versions()}
+        (tmp / MARKER).write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def load_finetune_dir(path: Path):
+    """A Predictor over a full fine-tune folder."""
+    from safetensors.torch import load_file
+    from transformers import AutoModel, AutoTokenizer
+
+    from hubcli.core.heads import HeadConfig
+    from hubcli.core.model import FullFinetuneModel
+    from hubcli.inference import Predictor
+    from hubcli.tasks import get_task
+
+    doc = json.loads((Path(path) / MARKER).read_text())
+    head = HeadConfig.from_manifest(doc["head"])
+    model = FullFinetuneModel(AutoModel.from_pretrained(path), head)
+    model.head.load_state_dict(load_file(str(Path(path) / "head.safetensors")))
+    model.eval()
+    return Predictor(model, AutoTokenizer.from_pretrained(path), get_task(doc["task"]),
+                     list(head.labels), int(doc["training"].get("max_length", 128)), None,
+                     Path(path))

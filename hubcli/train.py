@@ -1,0 +1,247 @@
+"""`hub train`: the paper's recipe as defaults.
+
+AdamW, linear warmup over the first 10% of steps then linear decay to 0, batch 32, evaluation
+after every epoch, and the best epoch's weights kept. Only the adapter's tensors (bottlenecks,
+LayerNorm deltas, head) get gradients; with `full_finetune` every weight does (the baseline).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from hubcli.errors import DataError, UsageError
+from hubcli.tasks import get_task
+from hubcli.tasks.base import Columns
+
+
+@dataclass
+class TrainSettings:
+    """Everything `hub train` needs; the CLI fills this from its options."""
+
+    train: Path
+    out: Path
+    task: str = "classification"
+    validation: Path | None = None
+    fmt: str | None = None
+    columns: Columns = field(default_factory=Columns)
+    base: str | None = None
+    base_revision: str | None = None
+    bottleneck: int = 64
+    layers: tuple[int, ...] | None = None
+    init_scale: float = 1e-3
+    lr: float | None = None
+    epochs: int = 3
+    batch_size: int = 32
+    max_length: int = 128
+    seed: int = 0
+    warmup_ratio: float = 0.1
+    pooling: str = "mean"
+    full_finetune: bool = False
+    name: str | None = None
+    version: str = "0.1.0"
+    description: str | None = None
+    quiet: bool = False
+
+    @property
+    def learning_rate(self) -> float:
+        return self.lr if self.lr is not None else (5e-5 if self.full_finetune else 1e-3)
+
+
+@dataclass
+class TrainResult:
+    out: Path
+    history: list[dict[str, float]]
+    best_epoch: int | None
+    parameters: dict[str, int]
+    examples_per_second: float
+    manifest: dict[str, Any] | None
+
+
+def data_digest(path: Path, examples: int, fmt: str | None) -> dict[str, Any]:
+    h = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    out = {"name": Path(path).name, "sha256": h, "examples": examples}
+    if fmt:
+        out["format"] = fmt
+    return out
+
+
+def linear_warmup_decay(total_steps: int, warmup_ratio: float) -> Callable[[int], float]:
+    warm = max(1, int(warmup_ratio * total_steps))
+
+    def factor(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        return max(0.0, (total_steps - step) / max(1, total_steps - warm))
+
+    return factor
+
+
+def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
+    """Train an adapter (or a full fine-tune) and write it to `s.out`.
+
+    Raises:
+        DataError: unreadable or inconsistent data (file and line named).
+        UsageError: inconsistent settings.
+        ModelError / UnsupportedModelError: the base model cannot be used.
+    """
+    import torch
+
+    from hubcli.core.base import load_base
+
+    if s.epochs < 1 or s.batch_size < 1 or s.max_length < 8:
+        raise UsageError("--epochs and --batch-size must be >= 1 and --max-length >= 8")
+    task = get_task(s.task)
+    train_ex = task.read(Path(s.train), fmt=s.fmt, columns=s.columns)
+    val_ex = task.read(Path(s.validation), fmt=s.fmt, columns=s.columns) if s.validation else []
+    if not train_ex:
+        raise DataError("no training examples", path=str(s.train))
+    labels = task.label_names(train_ex)
+    torch.manual_seed(s.seed)
+    base = load_base(s.base, revision=s.base_revision)
+    run = _Run(s, task, labels, base, log)
+    train_feats = task.encode(train_ex, base.tokenizer, labels, s.max_length)
+    val_feats = task.encode(val_ex, base.tokenizer, labels, s.max_length) if val_ex else []
+    history, best_epoch, speed = run.fit(train_feats, val_feats, val_ex)
+    digests = {"train_data": data_digest(s.train, len(train_ex), s.fmt)}
+    if s.validation:
+        digests["validation_data"] = data_digest(s.validation, len(val_ex), s.fmt)
+    manifest = run.save(history, best_epoch, digests)
+    return TrainResult(Path(s.out), history, best_epoch, run.parameter_counts(), speed, manifest)
+
+
+class _Run:
+    """One training run: the model, its optimiser, the loop, and saving."""
+
+    def __init__(self, s: TrainSettings, task, labels: list[str], base, log):
+        from hubcli.core.config import HoulsbyConfig
+        from hubcli.core.heads import HeadConfig
+        from hubcli.core.model import AdapterModel, FullFinetuneModel
+
+        self.s, self.task, self.labels, self.base, self.log = s, task, labels, base, log
+        self.name = s.name or Path(s.out).name
+        self.head = HeadConfig(task.head_type, task.num_outputs(labels), tuple(labels),
+                               pooling=s.pooling)
+        if s.full_finetune:
+            self.model = FullFinetuneModel(base.encoder, self.head)
+            self.params = [p for p in self.model.parameters() if p.requires_grad]
+        else:
+            self.config = HoulsbyConfig(bottleneck=s.bottleneck, layers=s.layers,
+                                        init_scale=s.init_scale)
+            self.model = AdapterModel(base.encoder)
+            self.model.add_adapter(self.name, self.config, self.head)
+            self.model.activate(self.name)
+            self.params = self.model.trainable_parameters(self.name)
+
+    def parameter_counts(self) -> dict[str, int]:
+        if self.s.full_finetune:
+            n = sum(p.numel() for p in self.params)
+            return {"trainable": n, "base": self.base.info.num_parameters}
+        return self.model.parameter_counts(self.name)
+
+    def snapshot(self) -> dict:
+        if self.s.full_finetune:
+            return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        return self.model.adapter_state_dict(self.name)
+
+    def restore(self, state: dict) -> None:
+        if self.s.full_finetune:
+            self.model.load_state_dict(state)
+        else:
+            self.model.load_adapter_state(self.name, state)
+
+    def fit(self, train_feats: list[dict], val_feats: list[dict], val_ex: list):
+        import torch
+        from tqdm import tqdm
+
+        from hubcli.batching import training_batches
+        from hubcli.inference import run_model
+
+        s, task = self.s, self.task
+        rng = random.Random(s.seed)
+        lengths = [len(f["input_ids"]) for f in train_feats]
+        steps_per_epoch = math.ceil(len(train_feats) / s.batch_size)
+        opt = torch.optim.AdamW(self.params, lr=s.learning_rate)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, linear_warmup_decay(steps_per_epoch * s.epochs, s.warmup_ratio))
+        history: list[dict[str, float]] = []
+        best, best_epoch, best_state = -math.inf, None, None
+        seen, busy = 0, 0.0
+        for epoch in range(1, s.epochs + 1):
+            self.model.train()
+            bar = tqdm(total=len(train_feats), desc=f"epoch {epoch}/{s.epochs}", unit="ex",
+                       disable=s.quiet, leave=False)
+            t0, total_loss = time.perf_counter(), 0.0
+            for idx in training_batches(len(train_feats), lengths, s.batch_size, rng):
+                batch = task.collate([train_feats[i] for i in idx])
+                loss = task.loss(self.model(batch["input_ids"], batch["attention_mask"],
+                                            batch.get("token_type_ids")), batch)
+                loss.backward()
+                opt.step()
+                sched.step()
+                opt.zero_grad(set_to_none=True)
+                total_loss += loss.item() * len(idx)
+                bar.update(len(idx))
+                bar.set_postfix(loss=f"{loss.item():.4f}",
+                                ex_s=f"{bar.n / (time.perf_counter() - t0):.0f}")
+            bar.close()
+            busy += time.perf_counter() - t0
+            seen += len(train_feats)
+            row = {"epoch": epoch, "train_loss": round(total_loss / len(train_feats), 6)}
+            if val_feats:
+                self.model.eval()
+                preds = run_model(self.model, task, val_feats, val_ex, self.labels)
+                row.update({k: round(v, 6) for k, v in task.metrics(preds, val_ex, self.labels).items()})
+            history.append(row)
+            self.log(_describe(row))
+            score = row.get(task.primary_metric, -row["train_loss"])
+            if score > best:
+                best, best_epoch, best_state = score, epoch, self.snapshot()
+        if best_state is not None and best_epoch != s.epochs:
+            self.restore(best_state)
+        self.model.eval()
+        return history, (best_epoch if val_feats else None), seen / busy
+
+    def save(self, history, best_epoch, digests) -> dict | None:
+        from hubcli.adapterdir import framework_versions, now_iso, write_adapter_dir
+        from hubcli.finetune_dir import write_finetune_dir
+
+        s, counts = self.s, self.parameter_counts()
+        training = {"epochs": s.epochs, "best_epoch": best_epoch, "learning_rate": s.learning_rate,
+                    "batch_size": s.batch_size, "max_length": s.max_length, "seed": s.seed,
+                    "warmup_ratio": s.warmup_ratio, "optimizer": "AdamW",
+                    "schedule": "linear warmup then linear decay", **digests}
+        metrics = {"primary": self.task.primary_metric, "validation": history}
+        if best_epoch is not None:
+            metrics["best"] = {k: v for k, v in history[best_epoch - 1].items() if k != "epoch"}
+        if s.full_finetune:
+            write_finetune_dir(Path(s.out), self.model, self.base, self.task.name, training,
+                               metrics)
+            return None
+        manifest = {
+            "schema_version": 1, "name": _safe_name(self.name), "version": s.version,
+            **({"description": s.description} if s.description else {}),
+            "task": self.task.name, "head": self.head.to_manifest(),
+            "base_model": self.base.info.to_manifest(),
+            "architecture": self.config.to_manifest(self.model.num_layers),
+            "parameters": {**counts, "share": round(counts["trainable"] / counts["base"], 6)},
+            "training": training, "metrics": metrics, "files": [], "created": now_iso(),
+            "framework": framework_versions(),
+        }
+        return write_adapter_dir(Path(s.out), manifest, self.model.adapter_state_dict(self.name))
+
+
+def _safe_name(name: str) -> str:
+    import re
+
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._") or "adapter"
+    return cleaned[:96]
+
+
+def _describe(row: dict[str, float]) -> str:
+    return "  ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
