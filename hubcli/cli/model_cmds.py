@@ -1,0 +1,154 @@
+"""`hub train`, `hub eval`, `hub predict`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from hubcli.cli.output import echo_json, notice, table
+from hubcli.errors import UsageError
+
+TASK_CHOICES = ["classification", "regression", "tagging", "qa"]
+
+
+def parse_layers(value: str | None) -> tuple[int, ...] | None:
+    """'all', '0-5', '0,2,4' or '0-2,5' -> layer indices (None means all)."""
+    if value is None or value == "all":
+        return None
+    out: list[int] = []
+    try:
+        for part in value.split(","):
+            lo, _, hi = part.partition("-")
+            out += range(int(lo), int(hi or lo) + 1)
+    except ValueError:
+        raise UsageError(f"--layers {value!r} is not a layer list",
+                         hint="use e.g. 'all', '0-5', '0,2,4' or '0-2,5'") from None
+    return tuple(out)
+
+
+def columns(text: str | None, pair: str | None, label: str | None):
+    from hubcli.tasks.base import Columns
+
+    return Columns(text=text, pair=pair, label=label)
+
+
+def column_options(f):
+    for opt in reversed([
+        click.option("--format", "fmt", help="csv, tsv, jsonl, conll or squad (default: from extension)"),
+        click.option("--text-column", help="column holding the text (default: sentence/text/...)"),
+        click.option("--text-pair-column", help="second text of a pair task (e.g. sentence2)"),
+        click.option("--label-column", help="column holding the label (default: label/score)"),
+    ]):
+        f = opt(f)
+    return f
+
+
+def attach_options(f):
+    for opt in reversed([
+        click.option("--base", help="base model folder or Hub id (default: the adapter's own base)"),
+        click.option("--allow-base-mismatch", is_flag=True,
+                     help="attach even if the base's content hash differs from the manifest's"),
+        click.option("--allow-unsigned", is_flag=True,
+                     help="attach an unsigned or untrusted adapter (with a warning)"),
+    ]):
+        f = opt(f)
+    return f
+
+
+@click.command("train")
+@click.option("--task", type=click.Choice(TASK_CHOICES), default="classification", show_default=True)
+@click.option("--train", "train_path", required=True, type=click.Path(path_type=Path),
+              help="training data file")
+@click.option("--validation", type=click.Path(path_type=Path), help="validation data file")
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="output folder")
+@column_options
+@click.option("--base", help="base model folder or Hub id (default: packaged all-MiniLM-L6-v2)")
+@click.option("--base-revision", help="Hub revision of the base")
+@click.option("--bottleneck", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--layers", help="layers that get adapters: all, 0-5, 0,2,4", default="all",
+              show_default=True)
+@click.option("--init-scale", type=float, default=1e-3, show_default=True)
+@click.option("--lr", type=float, help="learning rate [default: 1e-3, full fine-tune 5e-5]")
+@click.option("--epochs", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--max-length", type=click.IntRange(min=8), default=128, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--pooling", type=click.Choice(["mean", "cls"]), default="mean", show_default=True)
+@click.option("--full-finetune", is_flag=True, help="train every weight (the paper's baseline)")
+@click.option("--name", help="adapter name [default: the output folder's name]")
+@click.option("--version", "version", default="0.1.0", show_default=True)
+@click.option("--description", help="one-line description for the model card")
+@click.option("--quiet", is_flag=True, help="no progress bars")
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+def train_cmd(train_path, fmt, text_column, text_pair_column, label_column, layers, as_json,
+              **opts) -> None:
+    """Train a Houlsby adapter on a frozen base model."""
+    from hubcli.train import TrainSettings, train
+
+    s = TrainSettings(train=train_path, fmt=fmt, layers=parse_layers(layers),
+                      columns=columns(text_column, text_pair_column, label_column), **opts)
+    result = train(s, log=notice if not s.quiet else (lambda _m: None))
+    if as_json:
+        echo_json({"out": str(result.out), "best_epoch": result.best_epoch,
+                   "history": result.history, "parameters": result.parameters,
+                   "train_examples_per_s": round(result.examples_per_second, 2)})
+        return
+    p = result.parameters
+    click.echo(f"trainable parameters: {p['trainable']:,} "
+               f"({100 * p['trainable'] / p['base']:.2f}% of the base's {p['base']:,})")
+    if result.best_epoch:
+        best = result.history[result.best_epoch - 1]
+        click.echo(f"best epoch {result.best_epoch}: " + ", ".join(
+            f"{k}={v:.4f}" for k, v in best.items() if k != "epoch"))
+    click.echo(f"wrote {result.out}")
+
+
+@click.command("eval")
+@click.argument("adapter", type=click.Path(path_type=Path))
+@click.option("--data", required=True, type=click.Path(path_type=Path), help="labelled data file")
+@column_options
+@attach_options
+@click.option("--json", "as_json", is_flag=True, help="print metrics as JSON")
+def eval_cmd(adapter, data, fmt, text_column, text_pair_column, label_column, as_json,
+             **attach) -> None:
+    """Score an adapter on labelled data."""
+    from hubcli.inference import load_predictor
+
+    predictor = load_predictor(adapter, notify=notice, **attach)
+    examples = predictor.task.read(data, fmt=fmt,
+                                   columns=columns(text_column, text_pair_column, label_column))
+    metrics = predictor.evaluate(examples)
+    if as_json:
+        echo_json({"adapter": str(adapter), "data": str(data), "examples": len(examples),
+                   "metrics": metrics})
+    else:
+        table(["metric", "value"], sorted(metrics.items()))
+        click.echo(f"({len(examples)} examples)")
+
+
+@click.command("predict")
+@click.argument("args", nargs=-1)
+@attach_options
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per input line")
+def predict_cmd(args, as_json, **attach) -> None:
+    """Predict with an adapter: hub predict [ADAPTER] [TEXT...] (texts also from stdin).
+
+    ADAPTER is a local folder or NS/NAME[@VERSION]; without it, the last adapter pulled.
+    """
+    from hubcli.inference import load_predictor
+    from hubcli.refs import split_adapter_and_texts
+
+    adapter, texts = split_adapter_and_texts(list(args), notify=notice)
+    if not texts and not sys.stdin.isatty():
+        texts = [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    if not texts:
+        raise UsageError("no input texts", hint='pass texts as arguments or one per line on stdin')
+    predictor = load_predictor(adapter, notify=notice, **attach)
+    preds = predictor.predict([predictor.task.parse_input(t) for t in texts])
+    if as_json:
+        for text, pred in zip(texts, preds):
+            echo_json({"text": text, **pred})
+    else:
+        table(["text", "prediction"], [(t, predictor.task.describe(p)) for t, p in zip(texts, preds)])

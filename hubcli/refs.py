@@ -1,0 +1,39 @@
+"""What `hub predict` was pointed at: a local adapter folder, a registry reference
+NS/NAME[@VERSION], or nothing (the adapter pulled last)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Callable
+
+from hubcli.errors import UsageError
+
+REF = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*(@[\w.+-]+)?$")
+
+
+def looks_like_adapter(arg: str) -> bool:
+    return Path(arg).is_dir() or bool(REF.match(arg))
+
+
+def split_adapter_and_texts(args: list[str], notify: Callable[[str], None]) -> tuple[Path, list[str]]:
+    """(adapter folder, texts). A registry reference is pulled first when needed.
+
+    Raises:
+        UsageError: no adapter given and none was pulled before.
+    """
+    if args and looks_like_adapter(args[0]):
+        ref, texts = args[0], args[1:]
+    else:
+        from hubcli.settings import load_config
+
+        ref, texts = load_config().get("last_pulled"), args
+        if not ref:
+            raise UsageError("no adapter given and none pulled yet",
+                             hint="hub predict ./my-adapter 'some text', or hub pull NS/NAME first")
+        notify(f"using the last adapter pulled: {ref}")
+    if Path(ref).is_dir():
+        return Path(ref), texts
+    from hubcli.pull import ensure_pulled
+
+    return ensure_pulled(ref, notify=notify), texts
