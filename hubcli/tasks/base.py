@@ -1,0 +1,202 @@
+"""What every task provides to the trainer and to `hub predict`, plus helpers they share.
+
+A task turns a data file into examples, examples into model features (python lists, one or more
+features per example), features into padded tensor batches, logits into a loss, and logits back
+into one JSON-able prediction per example, which it then scores. Examples remember the file and
+line they came from so that errors found late (an unknown label in the dev set) can point there.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hubcli.errors import DataError, UsageError
+
+if TYPE_CHECKING:
+    import torch
+
+IGNORE_INDEX = -100  # targets the loss skips (torch's cross_entropy default ignore_index)
+SEQUENCE_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Column names chosen with --text-column, --text-pair-column and --label-column."""
+
+    text: str | None = None
+    pair: str | None = None
+    label: str | None = None
+
+
+class Task(ABC):
+    """One kind of problem: its data format, head, loss, decoding and metrics."""
+
+    name: str
+    head_type: str
+    primary_metric: str
+    formats: tuple[str, ...]
+    target_keys: tuple[str, ...] = ("labels",)  # feature keys collate() turns into targets
+
+    def __init__(self) -> None:
+        # Set by encode() from the tokenizer, so collate() can pad without being handed it.
+        self.pad_id = 0
+
+    @abstractmethod
+    def read(self, path: Path, *, fmt: str | None = None, columns: Columns = Columns()) -> list:
+        """Examples of a data file; `fmt` None infers the format from the file name.
+
+        Raises:
+            DataError: the file is missing, empty or malformed (names the file and line).
+            UsageError: `fmt` is not one of `formats`, or columns were given where none apply.
+        """
+
+    @abstractmethod
+    def label_names(self, examples: list) -> list[str]:
+        """The label set a head is built for; [] where outputs are not labels."""
+
+    @abstractmethod
+    def num_outputs(self, labels: list[str]) -> int:
+        """Size of the head's last dimension."""
+
+    @abstractmethod
+    def encode(self, examples: list, tokenizer: Any, labels: list[str], max_length: int, *,
+               with_targets: bool = True) -> list[dict]:
+        """Model features; each names its `example_index` and, with targets, what to learn.
+
+        Raises:
+            DataError: an example's label is not in `labels` (names its file and line).
+        """
+
+    @abstractmethod
+    def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Mean loss of a batch made by collate()."""
+
+    @abstractmethod
+    def decode(self, logits_per_feature: list, features: list[dict], examples: list,
+               labels: list[str]) -> list[dict]:
+        """One JSON-able prediction per example, in example order."""
+
+    @abstractmethod
+    def metrics(self, predictions: list[dict], examples: list, labels: list[str]
+                ) -> dict[str, float]:
+        """Scores of decode()'s predictions against the examples' gold labels."""
+
+    @abstractmethod
+    def parse_input(self, line: str) -> Any:
+        """An unlabelled example from one line given to `hub predict`.
+
+        Raises:
+            UsageError: the line lacks a part the task needs.
+        """
+
+    @abstractmethod
+    def describe(self, pred: dict) -> str:
+        """One line of human-readable text for a prediction."""
+
+    def collate(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        """Tensors for the model and the loss, padded to the batch's longest feature.
+
+        Targets go in as they are: a list is padded with IGNORE_INDEX, ints become int64 and
+        floats float32. Keys the model does not take (offsets, word ids) are left out.
+        """
+        import torch
+
+        width = max(len(f["input_ids"]) for f in features)
+        batch = {}
+        for key in SEQUENCE_KEYS:
+            if key in features[0]:
+                pad = self.pad_id if key == "input_ids" else 0
+                batch[key] = torch.tensor([_pad(f[key], width, pad) for f in features])
+        for key in self.target_keys:
+            if key in features[0]:
+                values = [f[key] for f in features]
+                if isinstance(values[0], list):
+                    batch[key] = torch.tensor([_pad(v, width, IGNORE_INDEX) for v in values])
+                else:
+                    dtype = torch.float32 if isinstance(values[0], float) else torch.int64
+                    batch[key] = torch.tensor(values, dtype=dtype)
+        return batch
+
+    def _resolve_format(self, path: Path, fmt: str | None, by_suffix: dict[str, str]) -> str:
+        """The format to read `path` in: `fmt` if given, else from the file's extension.
+
+        Raises:
+            UsageError: `fmt` is not one of `formats`.
+            DataError: `fmt` is None and the extension says nothing.
+        """
+        if fmt is not None:
+            if fmt not in self.formats:
+                raise UsageError(f"format {fmt!r} does not apply to task {self.name!r}",
+                                 hint=f"use --format {' or '.join(self.formats)}")
+            return fmt
+        if len(self.formats) == 1:
+            return self.formats[0]
+        found = by_suffix.get(path.suffix.lower())
+        if found is None:
+            raise DataError(f"cannot tell the format from the extension {path.suffix!r}",
+                            path=str(path), hint=f"pass --format {'|'.join(self.formats)}")
+        return found
+
+    def _no_columns(self, columns: Columns) -> None:
+        """Column flags mean nothing for formats with a fixed layout; say so instead of ignoring.
+
+        Raises:
+            UsageError: a column was given.
+        """
+        if columns != Columns():
+            raise UsageError(f"--text-column, --text-pair-column and --label-column do not "
+                             f"apply to task {self.name!r}",
+                             hint=f"the {self.formats[0]} format fixes where text and labels are")
+
+
+def read_text(path: Path) -> str:
+    """The whole file as text (UTF-8, an optional byte-order mark dropped).
+
+    Raises:
+        DataError: the file is missing, unreadable, not UTF-8, or empty.
+    """
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise DataError("file not found", path=str(path)) from None
+    except OSError as e:
+        raise DataError(f"cannot read the file: {e.strerror}", path=str(path)) from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise DataError(f"not UTF-8 text (byte 0x{raw[e.start]:02x})", path=str(path),
+                        line=line, hint="save the file as UTF-8") from None
+    if not text.strip():
+        raise DataError("file is empty", path=str(path))
+    return text
+
+
+def as_array(values: Any) -> np.ndarray:
+    """A float64 numpy copy of a tensor (any device or dtype, with or without grad) or array."""
+    if hasattr(values, "detach"):
+        values = values.detach().float().cpu().numpy()
+    return np.asarray(values, dtype=np.float64)
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis, shifted by the maximum so large logits do not overflow."""
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+def unknown_label(label: str, labels: list[str], *, what: str, path: str | None,
+                  line: int | None) -> DataError:
+    """The error for an evaluation label the model has no output for."""
+    return DataError(f"{what} {label!r} was not in the training data; known: {', '.join(labels)}",
+                     path=path, line=line,
+                     hint=f"remove or fix this {what}, or train on data that has it")
+
+
+def _pad(values: list, width: int, pad: Any) -> list:
+    return values + [pad] * (width - len(values))

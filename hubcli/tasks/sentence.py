@@ -1,0 +1,82 @@
+"""What classification and regression share: sentence(-pair) examples from CSV, TSV or JSONL,
+one feature per example, and `text<TAB>pair` input lines for `hub predict`."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hubcli.tasks.base import SEQUENCE_KEYS, Columns, Task
+from hubcli.tasks.tabular import BY_SUFFIX, FORMATS, read_rows
+
+
+@dataclass(frozen=True)
+class SentenceExample:
+    """A text, an optional second text, and a label (None when unlabelled, as in predict)."""
+
+    text: str
+    pair: str | None = None
+    label: str | float | None = None
+    path: str | None = None
+    line: int | None = None
+
+
+class SentenceTask(Task):
+    """A task with one output per sentence or sentence pair; subclasses say what a label is."""
+
+    formats = FORMATS
+
+    def read(self, path: Path, *, fmt: str | None = None,
+             columns: Columns = Columns()) -> list[SentenceExample]:
+        """Examples of a CSV, TSV or JSONL file (format from the extension unless `fmt`).
+
+        Raises:
+            DataError: see tabular.read_rows(), and labels the task cannot use.
+            UsageError: `fmt` is not csv, tsv or jsonl.
+        """
+        fmt = self._resolve_format(path, fmt, BY_SUFFIX)
+        return [SentenceExample(row.text, row.pair, self._parse_label(row.label, path, row.line),
+                                str(path), row.line)
+                for row in read_rows(path, fmt, columns)]
+
+    def encode(self, examples: list[SentenceExample], tokenizer: Any, labels: list[str],
+               max_length: int, *, with_targets: bool = True) -> list[dict]:
+        """One feature per example, truncated to `max_length` tokens (the longer text first).
+
+        Raises:
+            DataError: a classification label is not in `labels`.
+        """
+        self.pad_id = tokenizer.pad_token_id or 0
+        features = []
+        for index, example in enumerate(examples):
+            encoding = tokenizer(example.text, example.pair, truncation=True,
+                                 max_length=max_length)
+            feature: dict = {key: encoding[key] for key in SEQUENCE_KEYS if key in encoding}
+            feature["example_index"] = index
+            if with_targets:
+                feature["labels"] = self._target(example, labels)
+            features.append(feature)
+        return features
+
+    def parse_input(self, line: str) -> SentenceExample:
+        """`text`, or `text<TAB>pair` for a model trained on sentence pairs."""
+        text, tab, pair = line.partition("\t")
+        return SentenceExample(text, pair if tab else None)
+
+    @abstractmethod
+    def _parse_label(self, raw: Any, path: Path, line: int) -> str | float:
+        """The label of a cell as read from the file.
+
+        Raises:
+            DataError: the task cannot use it.
+        """
+
+    @abstractmethod
+    def _target(self, example: SentenceExample, labels: list[str]) -> int | float:
+        """What the loss compares the output with.
+
+        Raises:
+            DataError: the example's label has no output.
+        """

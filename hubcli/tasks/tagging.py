@@ -1,0 +1,135 @@
+"""Token classification (named entities): IOB2 tags per word, predicted at each word's first
+sub-token. Sentences longer than `max_length` tokens are split into consecutive windows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hubcli.metrics import entity_metrics, entity_spans
+from hubcli.tasks.base import IGNORE_INDEX, SEQUENCE_KEYS, Columns, Task, as_array, softmax, \
+    unknown_label
+from hubcli.tasks.conll import TaggedSentence, read_conll
+
+if TYPE_CHECKING:
+    import torch
+
+
+class Tagging(Task):
+    name = "tagging"
+    head_type = "token_classification"
+    primary_metric = "f1"
+    formats = ("conll",)
+
+    def read(self, path: Path, *, fmt: str | None = None,
+             columns: Columns = Columns()) -> list[TaggedSentence]:
+        """Sentences of a CoNLL file.
+
+        Raises:
+            DataError: see conll.read_conll().
+            UsageError: `fmt` is not conll, or columns were given.
+        """
+        self._resolve_format(path, fmt, {})
+        self._no_columns(columns)
+        return read_conll(path)
+
+    def label_names(self, examples: list[TaggedSentence]) -> list[str]:
+        """"O", then B- and I- of every entity type seen, sorted."""
+        kinds = {tag[2:] for example in examples for tag in example.tags or () if tag != "O"}
+        return ["O", *sorted(f"{prefix}-{kind}" for kind in kinds for prefix in "BI")]
+
+    def num_outputs(self, labels: list[str]) -> int:
+        return len(labels)
+
+    def encode(self, examples: list[TaggedSentence], tokenizer: Any, labels: list[str],
+               max_length: int, *, with_targets: bool = True) -> list[dict]:
+        """Features whose `word_ids` give the word index at each word's first sub-token.
+
+        Other sub-tokens and special tokens get None there and IGNORE_INDEX as label. A word
+        the tokenizer turns into no token at all gets no prediction (decoded as "O").
+
+        Raises:
+            DataError: a tag is not in `labels` (names the file and the word's line).
+        """
+        self.pad_id = tokenizer.pad_token_id or 0
+        features = []
+        for index, example in enumerate(examples):
+            targets = self._tag_ids(example, labels) if with_targets else []
+            encoding = tokenizer(list(example.words), is_split_into_words=True, truncation=True,
+                                 max_length=max_length, return_overflowing_tokens=True)
+            seen: set[int] = set()  # windows do not overlap, so a word's first token is unique
+            for window in range(len(encoding["input_ids"])):
+                word_ids = []
+                for word in encoding.word_ids(window):
+                    word_ids.append(word if word is not None and word not in seen else None)
+                    seen.add(word)
+                feature = {key: encoding[key][window] for key in SEQUENCE_KEYS if key in encoding}
+                feature.update(example_index=index, word_ids=word_ids)
+                if with_targets:
+                    feature["labels"] = [IGNORE_INDEX if w is None else targets[w]
+                                         for w in word_ids]
+                features.append(feature)
+        return features
+
+    def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        from torch.nn.functional import cross_entropy
+
+        labels = batch["labels"].reshape(-1)
+        if not (labels != IGNORE_INDEX).any():
+            # cross_entropy averages over zero targets as NaN, which would poison the weights.
+            return logits.sum() * 0.0
+        return cross_entropy(logits.reshape(-1, logits.size(-1)), labels,
+                             ignore_index=IGNORE_INDEX)
+
+    def decode(self, logits_per_feature: list, features: list[dict],
+               examples: list[TaggedSentence], labels: list[str]) -> list[dict]:
+        """{"entities": [{"text", "type", "start", "end", "score"}], "tags": [tag per word]}.
+
+        start/end are character offsets into the example's text (end exclusive); an entity's
+        score is the mean probability of its words' tags.
+        """
+        tags = [["O"] * len(example.words) for example in examples]
+        scores = [np.zeros(len(example.words)) for example in examples]
+        for logits, feature in zip(logits_per_feature, features):
+            probs = softmax(as_array(logits))
+            i = feature["example_index"]
+            for position, word in enumerate(feature["word_ids"]):
+                if word is not None:
+                    best = int(probs[position].argmax())
+                    tags[i][word], scores[i][word] = labels[best], probs[position, best]
+        return [{"entities": _entities(example, example_tags, example_scores),
+                 "tags": example_tags}
+                for example, example_tags, example_scores in zip(examples, tags, scores)]
+
+    def metrics(self, predictions: list[dict], examples: list[TaggedSentence],
+                labels: list[str]) -> dict[str, float]:
+        """Entity-level precision, recall and f1 (exact span and type)."""
+        return entity_metrics([example.tags for example in examples],
+                              [prediction["tags"] for prediction in predictions])
+
+    def parse_input(self, line: str) -> TaggedSentence:
+        """The line's whitespace-separated words."""
+        return TaggedSentence.from_text(line)
+
+    def describe(self, pred: dict) -> str:
+        found = [f"{e['text']} ({e['type']}, {e['start']}-{e['end']})" for e in pred["entities"]]
+        return "; ".join(found) or "no entities"
+
+    def _tag_ids(self, example: TaggedSentence, labels: list[str]) -> list[int]:
+        index = {tag: i for i, tag in enumerate(labels)}
+        for number, tag in enumerate(example.tags):
+            if tag not in index:
+                raise unknown_label(tag, labels, what="tag", path=example.path,
+                                    line=example.line + number)
+        return [index[tag] for tag in example.tags]
+
+
+def _entities(example: TaggedSentence, tags: list[str], scores: np.ndarray) -> list[dict]:
+    entities = []
+    for kind, first, stop in entity_spans(tags):
+        start, end = example.spans[first][0], example.spans[stop - 1][1]
+        entities.append({"text": example.text[start:end], "type": kind, "start": start,
+                         "end": end, "score": float(scores[first:stop].mean())})
+    return entities
