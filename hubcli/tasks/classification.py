@@ -21,7 +21,7 @@ class Classification(SentenceTask):
     primary_metric = "accuracy"
 
     def label_names(self, examples: list[SentenceExample]) -> list[str]:
-        return sorted({str(example.label) for example in examples})
+        return sorted({example.label for example in examples})
 
     def num_outputs(self, labels: list[str]) -> int:
         return len(labels)
@@ -45,7 +45,7 @@ class Classification(SentenceTask):
     def metrics(self, predictions: list[dict], examples: list[SentenceExample],
                 labels: list[str]) -> dict[str, float]:
         """accuracy and macro_f1."""
-        return classification_metrics([str(example.label) for example in examples],
+        return classification_metrics([example.label for example in examples],
                                       [prediction["label"] for prediction in predictions])
 
     def describe(self, pred: dict) -> str:
@@ -61,6 +61,6 @@ class Classification(SentenceTask):
 
     def _target(self, example: SentenceExample, labels: list[str]) -> int:
         if example.label not in labels:
-            raise unknown_label(str(example.label), labels, what="label", path=example.path,
+            raise unknown_label(example.label, labels, what="label", path=example.path,
                                 line=example.line)
-        return labels.index(str(example.label))
+        return labels.index(example.label)

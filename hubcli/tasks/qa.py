@@ -86,11 +86,12 @@ class QuestionAnswering(Task):
     def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Mean of the start and end cross-entropies; padding takes no probability mass, so a
         window's loss does not depend on what it is batched with."""
+        import torch
         from torch.nn.functional import cross_entropy
 
         if "attention_mask" in batch:
             padding = (batch["attention_mask"] == 0).unsqueeze(-1)
-            logits = logits.masked_fill(padding, float(np.finfo(np.float32).min))
+            logits = logits.masked_fill(padding, torch.finfo(logits.dtype).min)
         start_logits, end_logits = logits.unbind(-1)
         return (cross_entropy(start_logits, batch["start_positions"])
                 + cross_entropy(end_logits, batch["end_positions"])) / 2

@@ -36,7 +36,8 @@ class Regression(SentenceTask):
         """{"score"}: the predicted number."""
         predictions: list[dict] = [{} for _ in examples]
         for logits, feature in zip(logits_per_feature, features):
-            predictions[feature["example_index"]] = {"score": float(as_array(logits).reshape(-1)[0])}
+            score = float(as_array(logits).reshape(-1)[0])
+            predictions[feature["example_index"]] = {"score": score}
         return predictions
 
     def metrics(self, predictions: list[dict], examples: list[SentenceExample],
@@ -50,10 +51,10 @@ class Regression(SentenceTask):
 
     def _parse_label(self, raw: Any, path: Path, line: int) -> float:
         try:
-            value = float(raw) if isinstance(raw, (str, int, float)) else math.nan
-        except ValueError:
+            value = math.nan if isinstance(raw, bool) else float(raw)
+        except (TypeError, ValueError):
             value = math.nan
-        if isinstance(raw, bool) or not math.isfinite(value):
+        if not math.isfinite(value):
             raise DataError(f"label {raw!r} is not a finite number", path=str(path), line=line,
                             hint="regression needs numeric labels; use --task classification "
                                  "for categories")

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hubcli.metrics import entity_metrics, entity_spans
-from hubcli.tasks.base import IGNORE_INDEX, SEQUENCE_KEYS, Columns, Task, as_array, softmax, \
-    unknown_label
+from hubcli.tasks.base import (IGNORE_INDEX, SEQUENCE_KEYS, Columns, Task, as_array, softmax,
+                               unknown_label)
 from hubcli.tasks.conll import TaggedSentence, read_conll
 
 if TYPE_CHECKING:
@@ -63,7 +63,8 @@ class Tagging(Task):
             for window in range(len(encoding["input_ids"])):
                 word_ids = []
                 for word in encoding.word_ids(window):
-                    word_ids.append(word if word is not None and word not in seen else None)
+                    first = word is not None and word not in seen
+                    word_ids.append(word if first else None)
                     seen.add(word)
                 feature = {key: encoding[key][window] for key in SEQUENCE_KEYS if key in encoding}
                 feature.update(example_index=index, word_ids=word_ids)

@@ -1,0 +1,167 @@
+"""Tagging: CoNLL reading (IOB1 -> IOB2), first-sub-token alignment, windows, decoding."""
+
+import numpy as np
+import pytest
+import torch
+
+from hubcli.errors import DataError, UsageError
+from hubcli.tasks import get_task
+from hubcli.tasks.base import IGNORE_INDEX, Columns
+from hubcli.tasks.conll import TaggedSentence, to_iob2
+
+LABELS = ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"]
+
+
+@pytest.fixture
+def tag():
+    return get_task("tagging")
+
+
+def conll(tmp_path, text, name="d.conll"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def error_text(call) -> str:
+    with pytest.raises(DataError) as info:
+        call()
+    return str(info.value)
+
+
+def one_hot(labels_per_token: list[int], width: int = len(LABELS)) -> np.ndarray:
+    logits = np.zeros((len(labels_per_token), width))
+    for position, label in enumerate(labels_per_token):
+        logits[position, max(label, 0)] = 5.0
+    return logits
+
+
+def test_to_iob2():
+    assert to_iob2(["I-PER", "I-PER", "B-PER", "O", "I-LOC", "I-PER"]) == [
+        "B-PER", "I-PER", "B-PER", "O", "B-LOC", "B-PER"]
+    iob2 = ["B-PER", "I-PER", "O", "B-LOC"]
+    assert to_iob2(iob2) == iob2
+
+
+def test_read_conll_iob1_docstart_and_columns(tmp_path, tag):
+    path = conll(tmp_path, "-DOCSTART- -X- -X- O\n\n"
+                           "Anna NNP B-NP I-PER\nlives VBZ B-VP O\nin IN B-PP O\n"
+                           "New NNP B-NP I-LOC\nYork NNP I-NP I-LOC\n\n\n"
+                           "Bob NNP B-NP I-PER\n-DOCSTART- -X- -X- O\nOslo NNP B-NP I-LOC\n")
+    sentences = tag.read(path)
+    assert [(s.words, s.tags, s.line) for s in sentences] == [
+        (("Anna", "lives", "in", "New", "York"), ("B-PER", "O", "O", "B-LOC", "I-LOC"), 3),
+        (("Bob",), ("B-PER",), 10),
+        (("Oslo",), ("B-LOC",), 12)]
+    first = sentences[0]
+    assert first.text == "Anna lives in New York" and first.spans[3] == (14, 17)
+    assert tag.label_names(sentences) == LABELS
+
+
+def test_label_names_include_both_prefixes_of_each_type(tag):
+    sentence = TaggedSentence.from_words(["Oslo"], ["B-LOC"], "x", 1)
+    assert tag.label_names([sentence]) == ["O", "B-LOC", "I-LOC"]
+
+
+def test_line_without_a_tag(tmp_path, tag):
+    path = conll(tmp_path, "Anna B-PER\nlives\n")
+    assert error_text(lambda: tag.read(path)) == (
+        f"{path}:2: expected a token and a tag separated by whitespace, found 'lives'")
+
+
+def test_tag_that_is_not_iob(tmp_path, tag):
+    path = conll(tmp_path, "Anna B-PER\n\nBob S-PER\n")
+    assert error_text(lambda: tag.read(path)) == (
+        f"{path}:3: tag 'S-PER' is not IOB (O, B-TYPE or I-TYPE)")
+
+
+def test_only_docstart(tmp_path, tag):
+    path = conll(tmp_path, "-DOCSTART- O\n\n")
+    assert error_text(lambda: tag.read(path)) == f"{path}: no sentences, only -DOCSTART- lines"
+
+
+def test_columns_do_not_apply(tmp_path, tag):
+    with pytest.raises(UsageError, match="do not apply to task 'tagging'"):
+        tag.read(conll(tmp_path, "a O\n"), columns=Columns(label="tag"))
+
+
+def test_encode_labels_first_sub_token_only(tokenizer, tag):
+    sentence = TaggedSentence.from_words(["Johanson", "visited", "Reykjavik"],
+                                         ["B-PER", "O", "B-LOC"], "x", 1)
+    [feature] = tag.encode([sentence], tokenizer, LABELS, 32)
+    assert tokenizer.convert_ids_to_tokens(feature["input_ids"]) == [
+        "[CLS]", "johan", "##son", "visited", "reykjavik", "[SEP]"]
+    assert feature["word_ids"] == [None, 0, None, 1, 2, None]
+    assert feature["labels"] == [IGNORE_INDEX, 2, IGNORE_INDEX, 0, 1, IGNORE_INDEX]
+
+
+def test_long_sentence_is_split_into_windows_labelling_each_word_once(tokenizer, tag):
+    words = ["Johanson", "visited", "Reykjavik", "yesterday", "with", "Anna"]
+    tags = ["B-PER", "O", "B-LOC", "O", "O", "B-PER"]
+    sentence = TaggedSentence.from_words(words, tags, "x", 1)
+    features = tag.encode([sentence], tokenizer, LABELS, 6)
+    assert [f["word_ids"] for f in features] == [[None, 0, None, 1, 2, None],
+                                                 [None, 3, 4, 5, None]]
+    assert [f["labels"] for f in features] == [[-100, 2, -100, 0, 1, -100], [-100, 0, 0, 2, -100]]
+    decoded = tag.decode([one_hot(f["labels"]) for f in features], features, [sentence], LABELS)
+    assert decoded[0]["tags"] == tags
+
+
+def test_word_cut_between_windows_is_labelled_in_the_first(tokenizer, tag):
+    sentence = TaggedSentence.from_words(["visited", "Johanson"], ["O", "B-PER"], "x", 1)
+    features = tag.encode([sentence], tokenizer, LABELS, 4)  # [CLS] visited johan [SEP]
+    assert [f["word_ids"] for f in features] == [[None, 0, 1, None], [None, None, None]]
+    assert features[1]["labels"] == [IGNORE_INDEX] * 3
+
+
+def test_unknown_tag_names_the_line_of_the_word(tmp_path, tokenizer, tag):
+    path = conll(tmp_path, "Anna B-PER\n\nBob B-PER\nin O\nOslo B-LOC\n", "dev.conll")
+    message = error_text(lambda: tag.encode(tag.read(path), tokenizer, ["O", "B-PER", "I-PER"],
+                                            16))
+    assert message == (f"{path}:5: tag 'B-LOC' was not in the training data; "
+                       "known: O, B-PER, I-PER")
+
+
+def test_decode_character_offsets_of_raw_input(tokenizer, tag):
+    example = tag.parse_input("  Anna  lives in New   York.")
+    assert example.words == ("Anna", "lives", "in", "New", "York.")
+    [feature] = tag.encode([example], tokenizer, LABELS, 32, with_targets=False)
+    assert "labels" not in feature
+    # tokens: [CLS] anna lives in new york . [SEP]
+    per_token = [0, 2, 0, 0, 1, 3, 3, 0]
+    [prediction] = tag.decode([torch.tensor(one_hot(per_token))], [feature], [example], LABELS)
+    assert prediction["tags"] == ["B-PER", "O", "O", "B-LOC", "I-LOC"]
+    entities = [(e["text"], e["type"], e["start"], e["end"]) for e in prediction["entities"]]
+    assert entities == [("Anna", "PER", 2, 6), ("New   York.", "LOC", 17, 28)]
+    assert prediction["entities"][0]["score"] == pytest.approx(
+        np.exp(5) / (np.exp(5) + len(LABELS) - 1))
+    assert tag.describe(prediction) == "Anna (PER, 2-6); New   York. (LOC, 17-28)"
+
+
+def test_decode_empty_input(tokenizer, tag):
+    example = tag.parse_input("   ")
+    features = tag.encode([example], tokenizer, LABELS, 16, with_targets=False)
+    [prediction] = tag.decode([one_hot([0, 0])], features, [example], LABELS)
+    assert prediction == {"entities": [], "tags": []}
+    assert tag.describe(prediction) == "no entities"
+
+
+def test_collate_and_loss(tokenizer, tag):
+    sentences = [TaggedSentence.from_words(["Oslo"], ["B-LOC"], "x", 1),
+                 TaggedSentence.from_words(["Anna", "lives"], ["B-PER", "O"], "x", 3)]
+    batch = tag.collate(tag.encode(sentences, tokenizer, LABELS, 16))
+    assert batch["labels"].tolist() == [[-100, 1, -100, -100], [-100, 2, 0, -100]]
+    perfect = torch.tensor(np.stack([one_hot(row) for row in batch["labels"].tolist()])) * 10
+    assert tag.loss(perfect, batch).item() == pytest.approx(0.0, abs=1e-6)
+    nothing = {"labels": torch.full((1, 3), IGNORE_INDEX)}
+    logits = torch.zeros(1, 3, len(LABELS), requires_grad=True)
+    loss = tag.loss(logits, nothing)
+    loss.backward()
+    assert loss.item() == 0.0 and logits.grad.abs().sum() == 0
+
+
+def test_metrics_are_entity_level(tag):
+    gold = [TaggedSentence.from_words(["Anna", "in", "Oslo"], ["B-PER", "O", "B-LOC"], "x", 1)]
+    predictions = [{"entities": [], "tags": ["B-PER", "O", "O"]}]
+    assert tag.metrics(predictions, gold, LABELS) == {"precision": 1.0, "recall": 0.5,
+                                                      "f1": pytest.approx(2 / 3)}
