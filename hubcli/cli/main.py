@@ -14,6 +14,11 @@ from hubcli.errors import HubError
 # Command modules are imported lazily so `hub --help` and fast commands never pay for torch.
 # Each entry: command name -> "module:attribute".
 COMMANDS: dict[str, str] = {
+    "keygen": "hubcli.cli.signing_cmds:keygen",
+    "bundle": "hubcli.cli.signing_cmds:bundle",
+    "sign": "hubcli.cli.signing_cmds:sign",
+    "verify": "hubcli.cli.signing_cmds:verify",
+    "trust": "hubcli.cli.signing_cmds:trust",
     "train": "hubcli.cli.model_cmds:train_cmd",
     "eval": "hubcli.cli.model_cmds:eval_cmd",
     "predict": "hubcli.cli.model_cmds:predict_cmd",

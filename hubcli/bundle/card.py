@@ -1,0 +1,165 @@
+"""The model card (README.md) of a bundle: Hugging Face YAML front matter plus a readable body,
+both derived from the manifest alone, so the same manifest always gives the same card."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from hubcli.manifest import WEIGHTS
+
+LIBRARY_NAME = "adapter-hub"
+ADAPTER_TAG = "houlsby-adapter"
+# Our task names -> the Hugging Face pipeline tags (HF files regression under text-classification).
+HF_TASKS = {"classification": "text-classification", "regression": "text-classification",
+            "tagging": "token-classification", "qa": "question-answering"}
+TASK_WORDS = {"classification": "text classification", "regression": "text regression",
+              "tagging": "token tagging", "qa": "extractive question answering"}
+
+
+def dataset_name(manifest: dict[str, Any]) -> str:
+    """The training dataset's name: `training.dataset` if recorded, else the training file's
+    stem without a "train" suffix ("sst2_train.tsv" -> "sst2"), else the adapter's name."""
+    training = manifest.get("training", {})
+    if isinstance(training.get("dataset"), str):
+        return training["dataset"]
+    if training.get("train_data", {}).get("name"):
+        stem = Path(training["train_data"]["name"]).stem
+        return re.sub(r"[._-]train$", "", stem) or stem
+    return manifest["name"]
+
+
+def validation_metrics(manifest: dict[str, Any]) -> dict[str, float]:
+    """The metrics the card reports: `metrics.best`, else the last validation epoch's."""
+    metrics = manifest["metrics"]
+    if metrics.get("best"):
+        return dict(metrics["best"])
+    if metrics["validation"]:
+        return {k: v for k, v in metrics["validation"][-1].items() if k != "epoch"}
+    return {}
+
+
+def front_matter(manifest: dict[str, Any]) -> str:
+    """The YAML front matter: library, base model, relation, tags, datasets, license and a
+    model-index with the validation metrics."""
+    from huggingface_hub import EvalResult, ModelCardData  # heavy; only the card needs it
+
+    hf_task = HF_TASKS[manifest["task"]]
+    dataset = dataset_name(manifest)
+    results = [EvalResult(task_type=hf_task, dataset_type=dataset, dataset_name=dataset,
+                          dataset_split="validation", metric_type=metric, metric_value=value,
+                          metric_name=f"validation {metric}")
+               for metric, value in validation_metrics(manifest).items()]
+    tags = list(dict.fromkeys([ADAPTER_TAG, hf_task, manifest["task"], *manifest.get("tags", [])]))
+    data = ModelCardData(
+        library_name=LIBRARY_NAME, base_model=manifest["base_model"]["name"],
+        base_model_relation="adapter", tags=tags, datasets=[dataset],
+        license=manifest.get("license", "other"), model_name=manifest["name"],
+        eval_results=results or None,
+    )
+    return f"---\n{data.to_yaml()}\n---\n"
+
+
+def _ranges(values: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    out: list[str] = []
+    for v in sorted(values):
+        if out and out[-1].split("-")[-1] == str(v - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{v}"
+        else:
+            out.append(str(v))
+    return ", ".join(out)
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _summary(m: dict[str, Any]) -> list[str]:
+    names = m["head"]["labels"]
+    labels = f" ({len(names)} labels: {', '.join(names)})" if names else ""
+    deltas = ", the LayerNorm deltas" if m["architecture"]["layernorm"] == "delta" else ""
+    lines = [f"# {m['name']}", "",
+             f"A Houlsby bottleneck adapter, version {m['version']}, for {TASK_WORDS[m['task']]}"
+             f"{labels} on the frozen base model `{m['base_model']['name']}`. Only the adapters"
+             f"{deltas} and the task head are stored here; the base stays unchanged."]
+    if m.get("description"):
+        lines += ["", m["description"]]
+    return lines
+
+
+def _details(m: dict[str, Any]) -> list[str]:
+    base, arch, params, head = m["base_model"], m["architecture"], m["parameters"], m["head"]
+    weights = next((f["sha256"] for f in m["files"] if f["path"] == WEIGHTS), None)
+    revision = f" (revision `{base['revision']}`)" if base.get("revision") else ""
+    rows = [
+        ("Base model", f"`{base['name']}`{revision}, {base['model_type']}, hidden size "
+                       f"{base['hidden_size']}, {base['num_layers']} layers"),
+        ("Base content hash", f"`{base['content_hash']}`"),
+        ("Tokenizer hash", f"`{base['tokenizer_hash']}`"),
+        ("Bottleneck size", f"m = {arch['bottleneck']} (each adapter maps d -> m -> d)"),
+        ("Placement", f"after {' and '.join(arch['placement'])} in layers "
+                      f"{_ranges(arch['layers'])}, {arch['non_linearity']} non-linearity"),
+        ("LayerNorm", "trained as deltas on the base" if arch["layernorm"] == "delta"
+                      else "frozen"),
+        ("Head", f"{head['type']}, {head['num_outputs']} outputs"
+                 + (f", {head['pooling']} pooling" if head.get("pooling") else "")),
+        ("Trainable parameters", f"{params['trainable']:,} = {params['share'] * 100:.2f}% of "
+                                 f"the base's {params['base']:,}"),
+    ]
+    if weights:
+        rows.append(("Weights", f"`{WEIGHTS}`, sha256 `{weights}`"))
+    return ["", "## Model details", "", "| | |", "|---|---|",
+            *(f"| {k} | {v} |" for k, v in rows)]
+
+
+def _metrics(m: dict[str, Any]) -> list[str]:
+    epochs, primary = m["metrics"]["validation"], m["metrics"].get("primary")
+    lines = ["", "## Validation metrics", ""]
+    if not epochs:
+        return lines + ["No validation metrics were recorded."]
+    names = sorted({k for e in epochs for k in e if k != "epoch"}, key=lambda k: (k != primary, k))
+    lines += ["| epoch | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    lines += [f"| {e['epoch']} | " + " | ".join(_fmt(e.get(k, "")) for k in names) + " |"
+              for e in epochs]
+    best = validation_metrics(m)
+    best_epoch = m.get("training", {}).get("best_epoch")
+    chosen = f" (epoch {best_epoch}, chosen by {primary})" if best_epoch and primary else ""
+    return lines + ["", f"Reported{chosen}: "
+                    + ", ".join(f"{k} {_fmt(v)}" for k, v in best.items()) + "."]
+
+
+def _training(m: dict[str, Any]) -> list[str]:
+    t = m.get("training", {})
+    lines = ["", "## Training", ""]
+    for key, label in (("train_data", "Training data"), ("validation_data", "Validation data")):
+        if key in t:
+            d = t[key]
+            lines.append(f"- {label}: `{d.get('name', '?')}`, {d['examples']:,} examples, "
+                         f"sha256 `{d['sha256']}`")
+    settings = [(k, t[k]) for k in ("epochs", "learning_rate", "batch_size", "max_length",
+                                    "warmup_ratio", "optimizer", "seed") if k in t]
+    if settings:
+        lines.append("- Settings: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in settings))
+    return lines
+
+
+def _usage(m: dict[str, Any]) -> list[str]:
+    name, version = m["name"], m["version"]
+    return ["", "## How to use", "", "```bash",
+            f"hub pull NAMESPACE/{name}@{version}   # downloads, then checks signature and digests",
+            f"hub predict NAMESPACE/{name} \"a text to run the adapter on\"",
+            "```", "",
+            "`hub pull` refuses a bundle whose signature or file digests do not verify; "
+            "`hub predict` loads the base model above, checks its content hash against the one "
+            "recorded here, and only then attaches the adapter. Replace NAMESPACE with the "
+            "registry namespace the adapter was published under."]
+
+
+def render_model_card(manifest: dict[str, Any]) -> str:
+    """README.md text for `manifest`: YAML front matter, then a Markdown body describing what
+    the adapter does, its base and hash, bottleneck size, parameter share, metrics and usage."""
+    body = [*_summary(manifest), *_details(manifest), *_metrics(manifest),
+            *_training(manifest), *_usage(manifest)]
+    return front_matter(manifest) + "\n" + "\n".join(body) + "\n"

@@ -1,0 +1,113 @@
+"""May this adapter folder be attached? Trusted signature, or trained on this machine, or the
+user allowed unsigned adapters. Decided before any weight is loaded; torch-free.
+
+Adapters you trained yourself are remembered by content (SHA-256 of adapter.safetensors and
+manifest.json) in `$HUB_HOME/trained.json`, so train -> predict works without signing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from hubcli.bundle.check import check_contents, check_names, hash_files, list_files
+from hubcli.errors import NoSignatureError, UntrustedSignerError
+from hubcli.fsutil import atomic_write_text, sha256_file
+from hubcli.manifest import MANIFEST, WEIGHTS
+from hubcli.settings import hub_home
+from hubcli.signing import trust
+from hubcli.signing.verify import signer_name, verify_digests
+
+TRAINED_FILE = "trained.json"
+# Enough for any realistic history; keeps the file (read on every attach) small.
+MAX_RECORDS = 1000
+
+
+@dataclass(frozen=True)
+class AttachVerdict:
+    status: Literal["trusted", "self-trained", "unsigned-allowed"]
+    key_id: str | None
+    signer_name: str | None
+    message: str  # one line for the caller to print
+
+
+def _trained_path() -> Path:
+    return hub_home() / TRAINED_FILE
+
+
+def _records() -> list[dict[str, Any]]:
+    try:
+        records = json.loads(_trained_path().read_text(encoding="utf-8"))["adapters"]
+    except (OSError, ValueError, KeyError, TypeError):
+        # A lost or damaged record only means more adapters need a signature: fail safe.
+        return []
+    return records if isinstance(records, list) else []
+
+
+def record_trained(directory: Path) -> None:
+    """Remember the adapter in `directory` as trained here (replacing an older record of the
+    same folder). Called by `hub train` after writing, and by `hub bundle`."""
+    directory = Path(directory)
+    entry = {"adapter_sha256": sha256_file(directory / WEIGHTS),
+             "manifest_sha256": sha256_file(directory / MANIFEST),
+             "path": str(directory.resolve()),
+             "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    kept = [r for r in _records() if isinstance(r, dict) and r.get("path") != entry["path"]]
+    data = {"version": 1, "adapters": (kept + [entry])[-MAX_RECORDS:]}
+    atomic_write_text(_trained_path(), json.dumps(data, indent=1) + "\n")
+
+
+def is_self_trained(adapter_sha256: str | None, manifest_sha256: str | None) -> bool:
+    """Whether an adapter with these file digests was recorded by `record_trained`."""
+    return any(isinstance(r, dict) and r.get("adapter_sha256") == adapter_sha256
+               and r.get("manifest_sha256") == manifest_sha256 for r in _records())
+
+
+def check_attach(directory: Path, *, allow_unsigned: bool = False,
+                 extra_public_keys: Iterable[bytes] = ()) -> AttachVerdict:
+    """Decide whether the adapter in `directory` may be attached, checking its signature
+    (trust store plus `extra_public_keys`, e.g. keys a registry advertises for a namespace),
+    its file digests and its weights header. Each file is hashed once.
+
+    Raises:
+        NoSignatureError, UntrustedSignerError: unsigned/untrusted, not trained here, and
+            `allow_unsigned` is false.
+        InvalidSignatureError, TamperedError: a signature that does not verify, or files that
+            changed after signing; refused even with `allow_unsigned`.
+        BundleError, ManifestError: the folder is malformed or its digests do not match.
+    """
+    directory = Path(directory)
+    sizes = list_files(directory)
+    digests = hash_files(directory, sizes)
+    try:
+        key = verify_digests(directory, trust.accepted_keys(extra_public_keys), digests)
+    except (NoSignatureError, UntrustedSignerError) as refusal:
+        key, verdict = None, _unverified(directory, digests, refusal, allow_unsigned)
+    check_names(directory, sizes)
+    manifest = check_contents(directory, sizes, digests)
+    if key is None:
+        return verdict
+    name = signer_name(key, manifest)
+    return AttachVerdict("trusted", key.key_id, name, f"verified: {directory} is signed by "
+                                                      f"{trust.signer_label(name, key.key_id)}")
+
+
+def _unverified(directory: Path, digests: dict[str, str],
+                refusal: NoSignatureError | UntrustedSignerError,
+                allow_unsigned: bool) -> AttachVerdict:
+    what = ("not signed" if isinstance(refusal, NoSignatureError)
+            else "signed by a key that is not trusted")
+    if is_self_trained(digests.get(WEIGHTS), digests.get(MANIFEST)):
+        return AttachVerdict("self-trained", None, None,
+                             f"notice: {directory} is {what}; using it because you trained it "
+                             "on this machine (sign it with `hub sign` before sharing it)")
+    if allow_unsigned:
+        return AttachVerdict("unsigned-allowed", None, None,
+                             f"warning: {directory} is {what}; attaching it anyway because of "
+                             "--allow-unsigned")
+    refusal.hint = f"{refusal.hint}; or pass --allow-unsigned to use it anyway"
+    raise refusal
