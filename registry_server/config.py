@@ -1,0 +1,112 @@
+"""Registry configuration: defaults, then the instance folder's `config.py`, then
+`HUB_REGISTRY_*` environment variables, then `test_config` (highest).
+
+Every key below can be set as an environment variable with the `HUB_REGISTRY_` prefix, e.g.
+`HUB_REGISTRY_DATABASE_URL=postgresql+psycopg://...`. Values from the environment are parsed
+with the type of the default (int, bool: 1/true/yes/on).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "HUB_REGISTRY_"
+MiB = 1 << 20
+
+DEFAULTS: dict[str, Any] = {
+    # SQLAlchemy URL; empty means SQLite in the instance folder.
+    "DATABASE_URL": "",
+    # Blob storage: a local folder path, or s3://bucket/prefix. Empty means <instance>/blobs.
+    "STORAGE": "",
+    # S3-compatible endpoint (e.g. MinIO); empty means boto3's default (AWS_* variables).
+    "S3_ENDPOINT_URL": "",
+    # Run pending migrations when the app starts. Empty means: only for SQLite.
+    "AUTO_MIGRATE": "",
+    # Limits on what one commit may hold.
+    "MAX_FILE_SIZE": 256 * MiB,
+    "MAX_BUNDLE_SIZE": 512 * MiB,
+    "MAX_COMMIT_FILES": 16,
+    # Answer "lfs" (Git LFS batch path) in preupload for files at least this large, for
+    # clients that sent `X-Hub-Lfs: 1`, or for everyone when LFS_UPLOADS is on. Off by default
+    # because the stock huggingface_hub client sends "lfs" files to Xet, which we do not speak.
+    "LFS_UPLOADS": False,
+    "LFS_MIN_SIZE": 1 * MiB,
+    # Lifetime of a signed LFS upload URL, seconds.
+    "LFS_URL_TTL": 3600,
+    # Base URL written into commit and LFS URLs; empty means the request's own host URL.
+    "PUBLIC_URL": "",
+    # HMAC key for signed LFS upload URLs; empty means a random key kept in the instance folder.
+    "SECRET_KEY": "",
+    # Page size limits of list endpoints.
+    "PAGE_SIZE": 20,
+    "MAX_PAGE_SIZE": 100,
+}
+
+
+def _parse(raw: str, default: Any) -> Any:
+    if isinstance(default, bool):
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    if isinstance(default, int):
+        return int(raw)
+    return raw
+
+
+def from_environment(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """The HUB_REGISTRY_* variables that name a known key, parsed to the default's type.
+
+    Raises:
+        ValueError: a numeric variable that is not an integer (names the variable).
+    """
+    environ = os.environ if environ is None else environ
+    out: dict[str, Any] = {}
+    for key, default in DEFAULTS.items():
+        raw = environ.get(ENV_PREFIX + key)
+        if raw is None:
+            continue
+        try:
+            out[key] = _parse(raw, default)
+        except ValueError:
+            raise ValueError(f"{ENV_PREFIX}{key}={raw!r} is not an integer") from None
+    return out
+
+
+def instance_path() -> Path:
+    """The instance folder: $HUB_REGISTRY_INSTANCE_PATH, else ~/.local/share/hub-registry."""
+    env = os.environ.get(ENV_PREFIX + "INSTANCE_PATH")
+    return Path(env) if env else Path.home() / ".local" / "share" / "hub-registry"
+
+
+def finalize(config: dict[str, Any], instance: Path) -> None:
+    """Fill the defaults that depend on the instance folder (database, storage, secret)."""
+    if not config["DATABASE_URL"]:
+        config["DATABASE_URL"] = f"sqlite:///{instance / 'registry.db'}"
+    if not config["STORAGE"]:
+        config["STORAGE"] = str(instance / "blobs")
+    if config["AUTO_MIGRATE"] in ("", None):
+        config["AUTO_MIGRATE"] = config["DATABASE_URL"].startswith("sqlite")
+    elif isinstance(config["AUTO_MIGRATE"], str):
+        config["AUTO_MIGRATE"] = _parse(config["AUTO_MIGRATE"], False)
+    if not config["SECRET_KEY"]:
+        config["SECRET_KEY"] = _instance_secret(instance)
+
+
+def _instance_secret(instance: Path) -> str:
+    """A random secret kept in the instance folder, so every worker process shares it."""
+    path = instance / "secret_key"
+    if not path.exists():
+        instance.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=instance, prefix=".secret_key.")
+        try:
+            os.write(fd, (secrets.token_hex(32) + "\n").encode())
+            os.close(fd)
+            # link() fails if the file exists: when workers start together, the first one wins.
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    return path.read_text().strip()

@@ -1,0 +1,151 @@
+"""Errors the service layer raises, and how they become HTTP answers.
+
+All are `hubcli.errors.HubError`s (the project's one hierarchy); each has an HTTP status and,
+for the Hugging Face client, an `X-Error-Code`. Every error answer is JSON
+`{"error": message, "hint"?: ..., "code"?: ...}` with the message repeated in
+`X-Error-Message` (which `huggingface_hub` shows to its user).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, Response, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from hubcli.errors import AuthError, ConflictError, HubError, NotFoundError, RegistryError
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(RegistryError):
+    """Base of the registry's own errors: `status` and `code` travel to the client."""
+
+    status = 400
+    code: str | None = None
+
+    def __init__(self, message: str, *, hint: str | None = None, repo_id: str | None = None,
+                 revision: str | None = None, headers: dict[str, str] | None = None,
+                 status: int | None = None) -> None:
+        super().__init__(message, hint=hint, repo_id=repo_id, revision=revision,
+                         status=status or self.status)
+        # Extra response headers, e.g. X-Repo-Commit on an EntryNotFound.
+        self.headers = headers or {}
+
+
+class BadRequest(ApiError):
+    """Malformed input: bad JSON, bad names, wrong field types."""
+
+    code = "BadRequest"
+
+
+class PayloadTooLarge(ApiError):
+    status = 413
+    code = "PayloadTooLarge"
+
+
+class Unauthorized(ApiError, AuthError):
+    """No token, or a token that is unknown or revoked."""
+
+    status = 401
+    code = "Unauthorized"
+
+
+class Forbidden(ApiError, AuthError):
+    """Authenticated, but not allowed (read-only token, not a member)."""
+
+    status = 403
+    code = "Forbidden"
+
+
+class RepoNotFound(ApiError, NotFoundError):
+    status = 404
+    code = "RepoNotFound"
+
+
+class RevisionNotFound(ApiError, NotFoundError):
+    status = 404
+    code = "RevisionNotFound"
+
+
+class EntryNotFound(ApiError, NotFoundError):
+    status = 404
+    code = "EntryNotFound"
+
+
+class NotFound(ApiError, NotFoundError):
+    """Something other than a repo, revision or file: a user, a key, a token."""
+
+    status = 404
+    code = "NotFound"
+
+
+class Conflict(ApiError, ConflictError):
+    status = 409
+    code = "Conflict"
+
+
+class Rejected(ApiError):
+    """An upload that is not a valid bundle (files, manifest, digests, weights header), or
+    that names another adapter."""
+
+    status = 422
+    code = "InvalidBundle"
+
+
+class SignatureRejected(Rejected):
+    """An upload not signed by a key registered to the pushing account."""
+
+    code = "InvalidSignature"
+
+
+def error_response(message: str, status: int, *, code: str | None = None,
+                   hint: str | None = None, headers: dict[str, str] | None = None,
+                   extra: dict | None = None) -> Response:
+    body = {"error": message, **(extra or {})}
+    if hint:
+        body["hint"] = hint
+    if code:
+        body["code"] = code
+    response = jsonify(body)
+    response.status_code = status
+    if code:
+        response.headers["X-Error-Code"] = code
+    response.headers["X-Error-Message"] = header_safe(message)
+    response.headers.update(headers or {})
+    return response
+
+
+def header_safe(text: str) -> str:
+    """One line of printable ASCII (HTTP headers are Latin-1 and single-line)."""
+    flat = " ".join(text.split())
+    return flat.encode("ascii", "backslashreplace").decode("ascii")[:1000]
+
+
+def _hub_error(e: HubError) -> Response:
+    if isinstance(e, ApiError):
+        return error_response(str(e), e.status or 400, code=e.code, hint=e.hint, headers=e.headers)
+    log.exception("unexpected HubError on %s %s", request.method, request.path)
+    return error_response(str(e), 500, hint=e.hint)
+
+
+def _http_error(e: HTTPException) -> Response:
+    code = {404: "NotFound", 405: "MethodNotAllowed", 413: "PayloadTooLarge",
+            416: "RangeNotSatisfiable"}.get(e.code or 500)
+    response = error_response(e.description or e.name, e.code or 500, code=code)
+    for name in ("Content-Range", "Allow"):
+        if e.get_response().headers.get(name):
+            response.headers[name] = e.get_response().headers[name]
+    return response
+
+
+def _unexpected(e: Exception) -> Response:
+    # Logged with the path only: request headers (and so tokens) never reach the log.
+    log.exception("internal error on %s %s", request.method, request.path)
+    return error_response("internal server error", 500, code="InternalError")
+
+
+def init_app(app: Flask) -> None:
+    app.register_error_handler(HubError, _hub_error)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(Exception, _unexpected)

@@ -1,0 +1,312 @@
+"""Committing a new version: the registry's push policy, applied atomically.
+
+1. Build the new file tree: the parent version's files, minus deletions, plus the staged
+   uploads and LFS objects this adapter received.
+2. Check limits, then materialise the tree in a private temp folder and run the bundle checks
+   (`check_bundle`) and signature verification against the pusher's registered public keys.
+3. Store the new blobs (content-addressed, atomic writes).
+4. In one database transaction: refuse a version number that exists with other content
+   (`Conflict`) or was deleted, do nothing for identical content, else insert the version and
+   its files and move `main`. The (adapter, version) unique constraint settles races.
+
+Nothing is visible before step 4 commits; a failure at any step leaves at most unreferenced
+blobs, which `hub-registry gc` removes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from hubcli.bundle import README, check_bundle
+from hubcli.errors import BundleError, HubError, ManifestError, SignatureError
+from hubcli.fsutil import CHUNK
+from hubcli.signing.verify import verify_signature
+from registry_server.db import insert_ignore
+from registry_server.errors import (BadRequest, Conflict, PayloadTooLarge, Rejected,
+                                    SignatureRejected)
+from registry_server.models import (Adapter, Blob, LfsUpload, User, Version, VersionFile,
+                                    utcnow)
+from registry_server.services.accounts import list_public_keys
+from registry_server.services.repos import refresh_latest, require_writer, resolve_revision
+from registry_server.storage import BlobStorage
+
+CARD_CHARS = 100_000
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_file_size: int
+    max_bundle_size: int
+    max_files: int
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """A file uploaded inline, already written to a local temp file and hashed."""
+
+    path: str
+    source: Path
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class LfsRef:
+    """A file uploaded earlier through the LFS batch API, referenced by its SHA-256."""
+
+    path: str
+    oid: str
+    size: int
+
+
+@dataclass
+class CommitRequest:
+    summary: str = ""
+    parent_commit: str | None = None
+    staged: list[StagedFile] = field(default_factory=list)
+    lfs: list[LfsRef] = field(default_factory=list)
+    deleted_files: list[str] = field(default_factory=list)
+    deleted_folders: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    version: Version
+    created: bool  # False: the same content was pushed before under this version
+
+
+@dataclass(frozen=True)
+class _Entry:
+    sha256: str
+    size: int
+    source: Path | None = None  # a staged file, or None when the blob is stored already
+
+
+def digest_file(path: Path) -> tuple[str, str, int]:
+    """(hex SHA-256, git blob SHA-1, size) of a file, read once."""
+    size = os.path.getsize(path)
+    sha256, sha1 = hashlib.sha256(), hashlib.sha1(b"blob %d\0" % size)
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            sha256.update(chunk)
+            sha1.update(chunk)
+    return sha256.hexdigest(), sha1.hexdigest(), size
+
+
+def commit(session: Session, storage: BlobStorage, adapter: Adapter, user: User,
+           request: CommitRequest, *, limits: Limits, workdir: Path) -> CommitResult:
+    """Apply `request` to `adapter` as `user`; `workdir` is an empty private temp folder.
+
+    Raises:
+        Forbidden: `user` may not push here. RevisionNotFound: unknown parent commit.
+        BadRequest: an LFS object that was not uploaded to this adapter.
+        PayloadTooLarge: a limit is exceeded.
+        Rejected: not a valid bundle (names, manifest, digests, weights header), or the
+            manifest names another adapter.
+        SignatureRejected: not signed by a key registered to `user`.
+        Conflict: the version exists with other content, or was deleted.
+    """
+    require_writer(session, adapter.namespace, user)
+    tree = _build_tree(session, adapter, request)
+    _check_limits(tree, limits)
+    bundle = workdir / "bundle"
+    bundle.mkdir()
+    _materialise(storage, tree, bundle)
+    manifest, signer = _check_policy(session, adapter, user, bundle)
+    version_name = manifest["version"]
+    digest = tree_digest(tree)
+    existing = _existing(session, adapter, version_name, digest)
+    if existing is not None:
+        return CommitResult(existing, created=False)
+    hashes = {path: digest_file(bundle / path) for path in tree}
+    for path, entry in tree.items():
+        if entry.source is not None:
+            storage.put(entry.sha256, bundle / path)
+    card = _read_card(bundle)
+    return _record(session, adapter, user, request.summary, manifest, signer, digest, card,
+                   tree, hashes)
+
+
+def _build_tree(session: Session, adapter: Adapter, request: CommitRequest) -> dict[str, _Entry]:
+    tree: dict[str, _Entry] = {}
+    if request.parent_commit or adapter.latest is not None:
+        parent = resolve_revision(session, adapter, request.parent_commit or "main").version
+        tree = {f.path: _Entry(f.blob_sha256, f.blob.size) for f in parent.files}
+    for path in request.deleted_files:
+        tree.pop(path, None)
+    for folder in request.deleted_folders:
+        prefix = folder.strip("/") + "/"
+        tree = {p: e for p, e in tree.items() if not (p.startswith(prefix) or folder in ("", "/"))}
+    for staged in request.staged:
+        tree[staged.path] = _Entry(staged.sha256, staged.size, staged.source)
+    allowed = referencable_objects(session, adapter, [ref.oid for ref in request.lfs])
+    for ref in request.lfs:
+        if allowed.get(ref.oid) != ref.size:
+            raise BadRequest(f"{ref.path}: LFS object {ref.oid} ({ref.size} bytes) was not "
+                             f"uploaded to {adapter.repo_id}",
+                             hint="upload it through the LFS batch API first")
+        tree[ref.path] = _Entry(ref.oid, ref.size)
+    return tree
+
+
+def referencable_objects(session: Session, adapter: Adapter,
+                         oids: list[str]) -> dict[str, int]:
+    """oid -> size of the objects this adapter may reference: uploaded to it, or in its versions.
+
+    Any other stored blob is off limits: naming a hash must not grant access to its content.
+    """
+    if not oids:
+        return {}
+    uploaded = session.execute(select(LfsUpload.oid, LfsUpload.size).where(
+        LfsUpload.adapter_id == adapter.id, LfsUpload.oid.in_(oids)))
+    committed = session.execute(
+        select(Blob.sha256, Blob.size).join(VersionFile, VersionFile.blob_sha256 == Blob.sha256)
+        .join(Version, Version.id == VersionFile.version_id)
+        .where(Version.adapter_id == adapter.id, Blob.sha256.in_(oids)))
+    return {oid: size for oid, size in [*uploaded, *committed]}
+
+
+def _check_limits(tree: dict[str, _Entry], limits: Limits) -> None:
+    if len(tree) > limits.max_files:
+        raise PayloadTooLarge(f"the commit would hold {len(tree)} files; at most "
+                              f"{limits.max_files} are allowed")
+    for path, entry in tree.items():
+        if entry.size > limits.max_file_size:
+            raise PayloadTooLarge(f"{path} has {entry.size} bytes; at most "
+                                  f"{limits.max_file_size} are allowed per file")
+    total = sum(e.size for e in tree.values())
+    if total > limits.max_bundle_size:
+        raise PayloadTooLarge(f"the bundle would hold {total} bytes; at most "
+                              f"{limits.max_bundle_size} are allowed")
+
+
+def _materialise(storage: BlobStorage, tree: dict[str, _Entry], bundle: Path) -> None:
+    for path, entry in tree.items():
+        if entry.source is not None:
+            os.replace(entry.source, bundle / path)
+        else:
+            storage.copy_to(entry.sha256, bundle / path)
+
+
+def _check_policy(session: Session, adapter: Adapter, user: User,
+                  bundle: Path) -> tuple[dict, str]:
+    """The bundle's manifest and signer key id.
+
+    Raises:
+        Rejected: not a valid bundle, or it names another adapter.
+        SignatureRejected: not signed by a key registered to `user`.
+    """
+    keys = [k.pem.encode() for k in list_public_keys(session, user)]
+    try:
+        manifest = check_bundle(bundle, require_signature=True)
+        signer = verify_signature(bundle, keys)
+    except (BundleError, ManifestError) as e:
+        raise Rejected(_pusher_view(e, bundle), hint=e.hint) from None
+    except SignatureError as e:
+        hint = e.hint if keys else None
+        raise SignatureRejected(_pusher_view(e, bundle), hint=hint or (
+            f"register your signing public key for {user.name} with this registry "
+            "(POST /api/v1/keys), then push again")) from None
+    if manifest["name"] != adapter.name:
+        raise Rejected(f"manifest.json names adapter {manifest['name']!r}, but this is "
+                       f"{adapter.repo_id}",
+                       hint=f"push it to {adapter.namespace.name}/{manifest['name']}")
+    return manifest, signer
+
+
+def _pusher_view(error: HubError, bundle: Path) -> str:
+    """The error message naming files as the pusher knows them, not by our temp paths."""
+    return str(error).replace(f"{bundle}/", "").replace(str(bundle), "the bundle")
+
+
+def tree_digest(tree: dict[str, _Entry]) -> str:
+    h = hashlib.sha256()
+    for path in sorted(tree):
+        h.update(f"{path}\0{tree[path].sha256}\n".encode())
+    return h.hexdigest()
+
+
+def commit_sha(repo_id: str, version: str, digest: str) -> str:
+    """A 40-hex commit id: a function of repo, version and content, so a replay is identical."""
+    return hashlib.sha1(f"{repo_id}\n{version}\n{digest}".encode()).hexdigest()
+
+
+def _existing(session: Session, adapter: Adapter, version: str, digest: str) -> Version | None:
+    """The same version with the same content, else None.
+
+    Raises:
+        Conflict: the version exists with other content, or was deleted.
+    """
+    found = session.scalar(select(Version).where(Version.adapter_id == adapter.id,
+                                                 Version.version == version))
+    if found is None:
+        return None
+    if found.deleted:
+        raise Conflict(f"version {version} of {adapter.repo_id} was deleted; version numbers "
+                       "are never reused", repo_id=adapter.repo_id, revision=version,
+                       hint="bump the version in manifest.json and push again")
+    if found.tree_digest != digest:
+        raise Conflict(f"version {version} of {adapter.repo_id} exists with other content; "
+                       "versions are immutable", repo_id=adapter.repo_id, revision=version,
+                       hint="bump the version in manifest.json, then bundle, sign and push "
+                            "again")
+    return found
+
+
+def _read_card(bundle: Path) -> str:
+    try:
+        return (bundle / README).read_text(encoding="utf-8", errors="replace")[:CARD_CHARS]
+    except FileNotFoundError:
+        return ""
+
+
+def _record(session: Session, adapter: Adapter, user: User, summary: str, manifest: dict,
+            signer: str, digest: str, card: str, tree: dict[str, _Entry],
+            hashes: dict[str, tuple[str, str, int]]) -> CommitResult:
+    """Insert the version in one transaction, holding the adapter's row lock."""
+    name = manifest["version"]
+    try:
+        # Serialises commits to one adapter on PostgreSQL; SQLite serialises all writers.
+        session.execute(select(Adapter.id).where(Adapter.id == adapter.id).with_for_update())
+        existing = _existing(session, adapter, name, digest)
+        if existing is not None:
+            session.rollback()
+            return CommitResult(existing, created=False)
+        _insert_blobs(session, hashes.values())
+        version = Version(
+            adapter_id=adapter.id, version=name, commit_sha=commit_sha(adapter.repo_id, name, digest),
+            tree_digest=digest, summary=summary[:10_000], card=card, manifest=manifest,
+            task=manifest["task"], head_type=manifest["head"]["type"],
+            base_model_name=manifest["base_model"]["name"],
+            base_model_hash=manifest["base_model"]["content_hash"], signer_key_id=signer,
+            pushed_by_id=user.id,
+            files=[VersionFile(path=p, blob_sha256=e.sha256) for p, e in sorted(tree.items())])
+        session.add(version)
+        session.flush()
+        adapter.updated_at = utcnow()
+        refresh_latest(session, adapter)
+        session.commit()
+    except IntegrityError:
+        # A concurrent push of the same version won the unique constraint.
+        session.rollback()
+        existing = _existing(session, adapter, name, digest)
+        if existing is None:
+            raise
+        return CommitResult(existing, created=False)
+    except BaseException:
+        session.rollback()
+        raise
+    return CommitResult(version, created=True)
+
+
+def _insert_blobs(session: Session, hashes) -> None:
+    # Another push may be adding the same blob right now: skip rows that exist.
+    insert_ignore(session, Blob, [{"sha256": s, "git_oid": g, "size": n, "created_at": utcnow()}
+                                  for s, g, n in hashes])

@@ -1,0 +1,89 @@
+"""What happens to a version after it is pushed: yank, un-yank, delete, download counting."""
+
+from __future__ import annotations
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from registry_server.errors import BadRequest, RevisionNotFound
+from registry_server.models import Adapter, User, Version, utcnow
+from registry_server.services.repos import refresh_latest, require_writer
+
+MAX_REASON = 500
+
+
+def get_version(session: Session, adapter: Adapter, version: str) -> Version:
+    """A version of `adapter` by number (yanked ones included, deleted ones not).
+
+    Raises:
+        RevisionNotFound: no such version, or it was deleted.
+    """
+    found = session.scalar(select(Version).where(Version.adapter_id == adapter.id,
+                                                 Version.version == version))
+    if found is None or found.deleted:
+        gone = " (it was deleted)" if found is not None else ""
+        raise RevisionNotFound(f"{adapter.repo_id} has no version {version}{gone}",
+                               repo_id=adapter.repo_id, revision=version)
+    return found
+
+
+def yank(session: Session, adapter: Adapter, user: User, version: str, reason: str) -> Version:
+    """Yank a version: `main` and searches skip it; exact pins still download it, with a warning.
+
+    Raises:
+        Forbidden: `user` may not manage this adapter. RevisionNotFound: no such version.
+        BadRequest: an empty or over-long reason.
+    """
+    require_writer(session, adapter.namespace, user)
+    reason = " ".join(reason.split())
+    if not reason or len(reason) > MAX_REASON:
+        raise BadRequest(f"a yank reason must have 1 to {MAX_REASON} characters",
+                         hint="say why users should avoid this version")
+    found = get_version(session, adapter, version)
+    _lock(session, adapter)
+    found.yanked_at, found.yank_reason = utcnow(), reason
+    refresh_latest(session, adapter)
+    session.commit()
+    return found
+
+
+def unyank(session: Session, adapter: Adapter, user: User, version: str) -> Version:
+    """Raises: Forbidden, RevisionNotFound: as for `yank`."""
+    require_writer(session, adapter.namespace, user)
+    found = get_version(session, adapter, version)
+    _lock(session, adapter)
+    found.yanked_at, found.yank_reason = None, None
+    refresh_latest(session, adapter)
+    session.commit()
+    return found
+
+
+def delete(session: Session, adapter: Adapter, user: User, version: str) -> Version:
+    """Delete a version: it can no longer be downloaded, and its number is never reused.
+
+    Its blobs stay until `hub-registry gc` finds them unused.
+
+    Raises:
+        Forbidden, RevisionNotFound: as for `yank`.
+    """
+    require_writer(session, adapter.namespace, user)
+    found = get_version(session, adapter, version)
+    _lock(session, adapter)
+    found.deleted_at = utcnow()
+    refresh_latest(session, adapter)
+    session.commit()
+    return found
+
+
+def count_download(session: Session, version: Version) -> None:
+    """Add one download to the version and to its adapter's total (atomic increments)."""
+    session.execute(update(Version).where(Version.id == version.id)
+                    .values(downloads=Version.downloads + 1))
+    session.execute(update(Adapter).where(Adapter.id == version.adapter_id)
+                    .values(downloads=Adapter.downloads + 1))
+    session.commit()
+
+
+def _lock(session: Session, adapter: Adapter) -> None:
+    # Same lock as a commit takes, so `main` is recomputed from a settled set of versions.
+    session.execute(select(Adapter.id).where(Adapter.id == adapter.id).with_for_update())

@@ -1,0 +1,197 @@
+"""Content-addressed blob storage: local disk or any S3-compatible store, behind one interface.
+
+A blob is named by the hex SHA-256 of its bytes, so a file is stored once however many
+versions use it. Callers verify the digest before `put`; `put` itself is atomic (temp file and
+rename on disk; an S3 PUT or completed multipart upload is all-or-nothing) and idempotent.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from functools import cached_property
+from pathlib import Path
+from urllib.parse import urlparse
+
+from flask import Flask, Response, current_app, request, send_file
+from werkzeug.exceptions import RequestedRangeNotSatisfiable
+
+EXTENSION = "registry_storage"
+CHUNK = 1 << 20
+
+
+class BlobStorage(ABC):
+    @abstractmethod
+    def exists(self, sha256: str) -> bool: ...
+
+    @abstractmethod
+    def put(self, sha256: str, source: Path) -> None:
+        """Store the file `source` as blob `sha256` (whose digest the caller has checked)."""
+
+    @abstractmethod
+    def copy_to(self, sha256: str, dest: Path) -> None:
+        """Write blob `sha256` to the local file `dest`.
+
+        Raises:
+            FileNotFoundError: no such blob.
+        """
+
+    @abstractmethod
+    def response(self, sha256: str, size: int) -> Response:
+        """A response serving the blob to the current request: HEAD, GET, a single byte range
+        (206), If-None-Match (304), with `ETag` set to the SHA-256."""
+
+    @abstractmethod
+    def delete(self, sha256: str) -> None: ...
+
+    @abstractmethod
+    def digests(self) -> Iterator[tuple[str, float]]:
+        """Every stored blob: (SHA-256, time it was stored as a POSIX timestamp)."""
+
+
+def _fanout(sha256: str) -> str:
+    # Two levels of 256 folders keep directories (and S3 listings) small.
+    return f"{sha256[:2]}/{sha256[2:4]}/{sha256}"
+
+
+class DiskStorage(BlobStorage):
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def path(self, sha256: str) -> Path:
+        return self.root / _fanout(sha256)
+
+    def exists(self, sha256: str) -> bool:
+        return self.path(sha256).is_file()
+
+    def put(self, sha256: str, source: Path) -> None:
+        final = self.path(sha256)
+        if final.exists():
+            return
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=f".{sha256}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
+                shutil.copyfileobj(src, out, CHUNK)
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, final)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def copy_to(self, sha256: str, dest: Path) -> None:
+        shutil.copyfile(self.path(sha256), dest)
+
+    def response(self, sha256: str, size: int) -> Response:
+        # send_file hands the file to the server's sendfile where it can, and answers ranges and
+        # conditional requests itself.
+        return send_file(self.path(sha256), mimetype="application/octet-stream",
+                         conditional=True, etag=sha256, max_age=0)
+
+    def delete(self, sha256: str) -> None:
+        self.path(sha256).unlink(missing_ok=True)
+
+    def digests(self) -> Iterator[tuple[str, float]]:
+        for path in self.root.glob("??/??/*"):
+            if not path.name.startswith("."):
+                yield path.name, path.stat().st_mtime
+
+
+class S3Storage(BlobStorage):
+    def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.endpoint_url = endpoint_url or None
+
+    @cached_property
+    def client(self):
+        # Created on first use, so each worker process gets its own connection pool.
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint_url)
+
+    def key(self, sha256: str) -> str:
+        return f"{self.prefix}/{_fanout(sha256)}" if self.prefix else _fanout(sha256)
+
+    def exists(self, sha256: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self.key(sha256))
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise
+        return True
+
+    def put(self, sha256: str, source: Path) -> None:
+        if not self.exists(sha256):
+            self.client.upload_file(str(source), self.bucket, self.key(sha256))
+
+    def copy_to(self, sha256: str, dest: Path) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.download_file(self.bucket, self.key(sha256), str(dest))
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                raise FileNotFoundError(f"no blob {sha256}") from None
+            raise
+
+    def response(self, sha256: str, size: int) -> Response:
+        headers = {"ETag": f'"{sha256}"', "Accept-Ranges": "bytes"}
+        if request.if_none_match.contains(sha256):
+            return Response(status=304, headers=headers)
+        start, stop, status = 0, size, 200
+        if request.range is not None:
+            span = request.range.range_for_length(size)
+            if span is None:
+                raise RequestedRangeNotSatisfiable(length=size)
+            start, stop = span
+            status = 206
+            headers["Content-Range"] = f"bytes {start}-{stop - 1}/{size}"
+        headers["Content-Length"] = str(stop - start)
+        if request.method == "HEAD" or stop == start:
+            return Response(status=status, headers=headers, mimetype="application/octet-stream")
+        obj = self.client.get_object(Bucket=self.bucket, Key=self.key(sha256),
+                                     Range=f"bytes={start}-{stop - 1}")
+        return Response(obj["Body"].iter_chunks(CHUNK), status=status, headers=headers,
+                        mimetype="application/octet-stream", direct_passthrough=True)
+
+    def delete(self, sha256: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=self.key(sha256))
+
+    def digests(self) -> Iterator[tuple[str, float]]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=f"{self.prefix}/" if self.prefix else "")
+        for page in pages:
+            for obj in page.get("Contents", []):
+                yield obj["Key"].rsplit("/", 1)[-1], obj["LastModified"].timestamp()
+
+
+def make_storage(spec: str, *, s3_endpoint_url: str | None = None) -> BlobStorage:
+    """`s3://bucket/prefix` -> S3Storage; anything else is a local folder.
+
+    Raises:
+        ValueError: an s3:// URL without a bucket.
+    """
+    if spec.startswith("s3://"):
+        url = urlparse(spec)
+        if not url.netloc:
+            raise ValueError(f"storage {spec!r} names no bucket; use s3://bucket/prefix")
+        return S3Storage(url.netloc, url.path, endpoint_url=s3_endpoint_url)
+    return DiskStorage(Path(spec))
+
+
+def init_app(app: Flask) -> None:
+    app.extensions[EXTENSION] = make_storage(app.config["STORAGE"],
+                                             s3_endpoint_url=app.config["S3_ENDPOINT_URL"])
+
+
+def get_storage(app: Flask | None = None) -> BlobStorage:
+    return (app or current_app).extensions[EXTENSION]
