@@ -233,7 +233,11 @@ class _Run:
             "training": training, "metrics": metrics, "files": [], "created": now_iso(),
             "framework": framework_versions(),
         }
-        return write_adapter_dir(Path(s.out), manifest, self.model.adapter_state_dict(self.name))
+        manifest = write_adapter_dir(Path(s.out), manifest, self.model.adapter_state_dict(self.name))
+        from hubcli.signing.policy import record_trained
+
+        record_trained(Path(s.out))  # so predicting with your own fresh adapter needs no signature
+        return manifest
 
 
 def _safe_name(name: str) -> str:
