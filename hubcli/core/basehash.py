@@ -32,22 +32,20 @@ def _feed(h, name: str, dtype: str, shape: list[int], data) -> None:
 
 
 def safetensors_header(path: Path) -> tuple[int, dict]:
-    """(data start offset, header dict) of a safetensors file.
+    """(data start offset, tensor entries) of a safetensors file, fully checked.
 
     Raises:
-        ModelError: the file is too short or its header is not JSON.
+        ModelError: the file is not well-formed safetensors.
     """
-    with open(path, "rb") as f:
-        raw = f.read(8)
-        if len(raw) != 8:
-            raise ModelError(f"{path}: not a safetensors file (too short)")
-        (n,) = struct.unpack("<Q", raw)
-        try:
-            header = json.loads(f.read(n))
-        except (json.JSONDecodeError, UnicodeDecodeError, MemoryError):
-            raise ModelError(f"{path}: not a safetensors file (bad header)") from None
-    header.pop("__metadata__", None)
-    return 8 + n, header
+    from hubcli.bundle.safetensors_header import read_safetensors_header
+    from hubcli.errors import BundleError
+
+    try:
+        tensors = read_safetensors_header(path)
+    except BundleError as e:
+        raise ModelError(f"base model weights unreadable: {e}") from None
+    data_size = max((t["data_offsets"][1] for t in tensors.values()), default=0)
+    return path.stat().st_size - data_size, tensors
 
 
 def _safetensors_entries(files: list[Path]) -> Iterator[tuple[str, str, list[int], bytes]]:
