@@ -25,7 +25,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from hubcli.bundle import README, check_bundle
-from hubcli.errors import BundleError, HubError, ManifestError, SignatureError
+from hubcli.errors import (BundleError, HubError, ManifestError, SignatureError,
+                           UntrustedSignerError)
 from hubcli.fsutil import CHUNK
 from hubcli.signing.verify import verify_signature
 from registry_server.db import insert_ignore
@@ -209,11 +210,13 @@ def _check_policy(session: Session, adapter: Adapter, user: User,
         signer = verify_signature(bundle, keys)
     except (BundleError, ManifestError) as e:
         raise Rejected(_pusher_view(e, bundle), hint=e.hint) from None
+    except UntrustedSignerError as e:
+        message = _pusher_view(e, bundle).replace("not trusted", f"not registered to {user.name}")
+        raise SignatureRejected(message, hint=f"register the signing public key for {user.name} "
+                                "with this registry (POST /api/v1/keys), then push "
+                                "again") from None
     except SignatureError as e:
-        hint = e.hint if keys else None
-        raise SignatureRejected(_pusher_view(e, bundle), hint=hint or (
-            f"register your signing public key for {user.name} with this registry "
-            "(POST /api/v1/keys), then push again")) from None
+        raise SignatureRejected(_pusher_view(e, bundle), hint=e.hint) from None
     if manifest["name"] != adapter.name:
         raise Rejected(f"manifest.json names adapter {manifest['name']!r}, but this is "
                        f"{adapter.repo_id}",
