@@ -175,7 +175,7 @@ class _Run:
         for epoch in range(1, s.epochs + 1):
             self.model.train()
             bar = tqdm(total=len(train_feats), desc=f"epoch {epoch}/{s.epochs}", unit="ex",
-                       disable=s.quiet, leave=False)
+                       disable=True if s.quiet else None, leave=False)
             t0, total_loss = time.perf_counter(), 0.0
             for idx in training_batches(len(train_feats), lengths, s.batch_size, rng):
                 batch = task.collate([train_feats[i] for i in idx])

@@ -97,7 +97,10 @@ def load_base(ref: str | None = None, *, revision: str | None = None) -> LoadedB
     config = read_model_type(path)
     targets_for(config.get("model_type", "?"))  # refuse unsupported types before loading weights
     from transformers import AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # our own progress output is enough
+    hf_logging.set_verbosity_error()
     try:
         encoder = AutoModel.from_pretrained(path, attn_implementation="sdpa")
         tokenizer = AutoTokenizer.from_pretrained(path)

@@ -1,0 +1,162 @@
+"""`hub train`, `hub eval` and `hub predict` end to end on a tiny random BERT."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from hubcli import manifest as manifest_io
+from hubcli.cli.main import cli
+from hubcli.data import ner_sample, sample_dataset
+from hubcli.finetune_dir import MARKER
+
+
+def run(*args, input=None):
+    result = CliRunner().invoke(cli, [str(a) for a in args], input=input)
+    return result
+
+
+@pytest.fixture(scope="module")
+def trained_once(tiny_base_dir, tmp_path_factory):
+    """One adapter trained for 2 epochs on the shipped sentiment sample, shared by the module,
+    with the HUB_HOME it was trained under (which remembers it as self-trained)."""
+    home = tmp_path_factory.mktemp("trainer_home")
+    out = tmp_path_factory.mktemp("runs") / "sst-adapter"
+    train, dev = sample_dataset()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HUB_HOME", str(home))
+        result = run("train", "--base", tiny_base_dir, "--train", train, "--validation", dev,
+                     "--out", out, "--epochs", 2, "--bottleneck", 8, "--max-length", 32,
+                     "--quiet", "--json")
+    assert result.exit_code == 0, result.output
+    return out, json.loads(result.output), home
+
+
+@pytest.fixture()
+def trained(trained_once, monkeypatch):
+    out, summary, home = trained_once
+    monkeypatch.setenv("HUB_HOME", str(home))
+    return out, summary
+
+
+def test_train_writes_a_valid_adapter_directory(trained):
+    out, summary = trained
+    assert sorted(p.name for p in out.iterdir()) == ["adapter.safetensors", "manifest.json"]
+    m = manifest_io.read(out)
+    assert m["name"] == "sst-adapter" and m["version"] == "0.1.0"
+    assert m["head"]["labels"] == ["negative", "positive"]
+    assert m["architecture"]["bottleneck"] == 8 and m["architecture"]["layers"] == [0, 1]
+    d, mm = 32, 8
+    adapters = 2 * 2 * (2 * mm * d + d + mm)
+    assert m["parameters"]["adapters"] == adapters == summary["parameters"]["adapters"]
+    assert m["parameters"]["share"] == pytest.approx(m["parameters"]["trainable"] / m["parameters"]["base"], abs=1e-6)
+    assert [row["epoch"] for row in m["metrics"]["validation"]] == [1, 2]
+    assert m["training"]["train_data"]["examples"] == 400
+    assert m["files"][0]["path"] == "adapter.safetensors"
+    assert m["base_model"]["content_hash"].startswith("sha256:")
+    best = m["training"]["best_epoch"]
+    assert m["metrics"]["best"]["accuracy"] == max(r["accuracy"] for r in m["metrics"]["validation"])
+    assert m["metrics"]["validation"][best - 1]["accuracy"] == m["metrics"]["best"]["accuracy"]
+
+
+def test_eval_reports_metrics_as_json(trained, tiny_base_dir):
+    out, _ = trained
+    _, dev = sample_dataset()
+    result = run("eval", out, "--data", dev, "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["examples"] == 120
+    assert set(doc["metrics"]) == {"accuracy", "macro_f1"}
+    best = manifest_io.read(out)["metrics"]["best"]["accuracy"]
+    assert doc["metrics"]["accuracy"] == pytest.approx(best, abs=1e-6)
+
+
+def test_predict_takes_arguments_and_stdin(trained):
+    out, _ = trained
+    result = run("predict", out, "a gripping, beautifully acted film", "--json")
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.stdout.splitlines()[0])
+    assert row["label"] in ("negative", "positive") and 0.5 <= row["score"] <= 1
+    assert "not signed" in result.stderr  # self-trained notice, not a refusal
+    piped = run("predict", out, input="first line\nsecond line\n")
+    assert piped.exit_code == 0
+    assert "first line" in piped.stdout and "second line" in piped.stdout
+
+
+def test_unsigned_adapter_from_elsewhere_is_refused(trained, tmp_path, monkeypatch):
+    out, _ = trained
+    monkeypatch.setenv("HUB_HOME", str(tmp_path))  # another machine: never trained it
+    result = run("predict", out, "text")
+    assert result.exit_code == 1
+    assert "not signed" in result.stderr and "--allow-unsigned" in result.stderr
+    assert run("predict", out, "text", "--allow-unsigned").exit_code == 0
+
+
+def test_attaching_to_another_base_is_refused_with_both_hashes(trained, tmp_path):
+    import torch
+    from transformers import BertConfig, BertModel
+
+    out, _ = trained
+    other = tmp_path / "other-base"
+    torch.manual_seed(123)
+    BertModel(BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, intermediate_size=64,
+                         max_position_embeddings=128)).save_pretrained(other)
+    m = manifest_io.read(out)
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(m["base_model"]["name"]).save_pretrained(other)
+    result = run("predict", out, "text", "--base", other)
+    assert result.exit_code == 1
+    assert m["base_model"]["content_hash"] in result.stderr
+    assert "--allow-base-mismatch" in result.stderr
+    forced = run("predict", out, "text", "--base", other, "--allow-base-mismatch")
+    assert forced.exit_code == 0 and "warning" in forced.stderr
+
+
+def test_tagging_predicts_entity_spans_with_offsets(tiny_base_dir, tmp_path):
+    train, dev = ner_sample()
+    out = tmp_path / "ner"
+    result = run("train", "--task", "tagging", "--format", "conll", "--base", tiny_base_dir,
+                 "--train", train, "--validation", dev, "--out", out, "--epochs", 1,
+                 "--bottleneck", 4, "--max-length", 32, "--quiet")
+    assert result.exit_code == 0, result.output
+    m = manifest_io.read(out)
+    assert m["task"] == "tagging" and "B-PER" in m["head"]["labels"]
+    assert set(m["metrics"]["validation"][0]) >= {"precision", "recall", "f1"}
+    text = "Angela Merkel visited Paris ."
+    pred = run("predict", out, "--json", input=text + "\n")
+    assert pred.exit_code == 0, pred.output
+    row = json.loads(pred.stdout)
+    for ent in row["entities"]:
+        assert text[ent["start"]:ent["end"]] == ent["text"]
+
+
+def test_full_finetune_writes_a_model_folder_not_an_adapter(tiny_base_dir, tmp_path):
+    train, dev = sample_dataset()
+    out = tmp_path / "full"
+    result = run("train", "--full-finetune", "--base", tiny_base_dir, "--train", train,
+                 "--validation", dev, "--out", out, "--epochs", 1, "--max-length", 32, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert (out / MARKER).is_file() and not (out / "manifest.json").exists()
+    assert json.loads((out / MARKER).read_text())["kind"] == "full-finetune"
+    scored = run("eval", out, "--data", dev, "--json")
+    assert scored.exit_code == 0 and "accuracy" in json.loads(scored.stdout)["metrics"]
+
+
+def test_bad_data_gets_one_line_naming_file_and_line(tiny_base_dir, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("review,stars\ngreat,5\n")
+    result = run("train", "--base", tiny_base_dir, "--train", bad, "--out", tmp_path / "o")
+    assert result.exit_code == 1
+    assert f"{bad}:1" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_bad_layer_list_is_a_usage_error(tiny_base_dir, tmp_path):
+    train, _ = sample_dataset()
+    result = run("train", "--base", tiny_base_dir, "--train", train, "--out", tmp_path / "o",
+                 "--layers", "one,two")
+    assert result.exit_code == 1 and "'one,two' is not a layer list" in result.stderr
