@@ -29,7 +29,7 @@ OPERATIONS = ("file", "lfsFile", "deletedFile", "deletedFolder")
 
 def check_path(path: Any, where: str = "") -> str:
     """Raises: BadRequest: `path` is not a plain file name (folders, '..', odd characters)."""
-    if not isinstance(path, str) or not PATH.match(path) or ".." in path:
+    if not isinstance(path, str) or not PATH.fullmatch(path) or ".." in path:
         raise BadRequest(f"{where}path {path!r} is not allowed",
                          hint="a bundle is a flat folder of plain file names (letters, digits, "
                               "'.', '_', '-'; no folders)")
@@ -102,7 +102,7 @@ def _read_header(value: dict[str, Any], request: CommitRequest, where: str) -> N
     summary, parent = value.get("summary", ""), value.get("parentCommit")
     if not isinstance(summary, str):
         raise BadRequest(f"{where}header summary must be a string")
-    if parent is not None and (not isinstance(parent, str) or not COMMIT.match(parent)):
+    if parent is not None and (not isinstance(parent, str) or not COMMIT.fullmatch(parent)):
         raise BadRequest(f"{where}parentCommit must be a 40-hex commit id")
     request.summary, request.parent_commit = summary, parent
 
@@ -126,7 +126,7 @@ def _stage(value: dict[str, Any], path: str, workdir: Path, number: int, max_fil
 
 def _lfs_ref(value: dict[str, Any], path: str, where: str) -> LfsRef:
     oid, size, algo = value.get("oid"), value.get("size"), value.get("algo", "sha256")
-    if algo != "sha256" or not isinstance(oid, str) or not SHA256.match(oid):
+    if algo != "sha256" or not isinstance(oid, str) or not SHA256.fullmatch(oid):
         raise BadRequest(f"{where}{path}: lfsFile needs algo 'sha256' and a 64-hex oid")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise BadRequest(f"{where}{path}: lfsFile size must be a non-negative integer")

@@ -75,7 +75,7 @@ def _object(obj, i: int) -> tuple[str, int]:
     if not isinstance(obj, dict):
         raise BadRequest(f"objects[{i}] must be an object")
     oid, size = obj.get("oid"), obj.get("size")
-    if not isinstance(oid, str) or not OID.match(oid):
+    if not isinstance(oid, str) or not OID.fullmatch(oid):
         raise BadRequest(f"objects[{i}].oid must be a 64-hex sha256")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise BadRequest(f"objects[{i}].size must be a non-negative integer")

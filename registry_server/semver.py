@@ -9,7 +9,7 @@ VERSION = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
 
 
 def is_version(text: str) -> bool:
-    return VERSION.match(text) is not None
+    return VERSION.fullmatch(text) is not None
 
 
 def sort_key(version: str) -> tuple:
@@ -19,7 +19,7 @@ def sort_key(version: str) -> tuple:
     Raises:
         ValueError: not a semantic version.
     """
-    m = VERSION.match(version)
+    m = VERSION.fullmatch(version)
     if m is None:
         raise ValueError(f"{version!r} is not a semantic version")
     core = tuple(int(g) for g in m.groups()[:3])
@@ -32,5 +32,5 @@ def sort_key(version: str) -> tuple:
 
 
 def is_prerelease(version: str) -> bool:
-    m = VERSION.match(version)
+    m = VERSION.fullmatch(version)
     return bool(m and m.group(4))

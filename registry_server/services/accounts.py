@@ -29,7 +29,7 @@ LAST_USED_RESOLUTION = timedelta(hours=1)
 
 def check_name(name: str, what: str) -> None:
     """Raises: BadRequest: `name` is not a usable namespace or repository name."""
-    if not NAME.match(name) or name.endswith(".git") or ".." in name:
+    if not NAME.fullmatch(name) or name.endswith(".git") or ".." in name:
         raise BadRequest(f"{what} {name!r} is not allowed",
                          hint="use letters, digits, '.', '_' or '-' (at most 96, starting with "
                               "a letter or digit, no '..', not ending in .git)")

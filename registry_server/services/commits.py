@@ -29,6 +29,7 @@ from hubcli.errors import (BundleError, HubError, ManifestError, SignatureError,
                            UntrustedSignerError)
 from hubcli.fsutil import CHUNK
 from hubcli.signing.verify import verify_signature
+from registry_server import semver
 from registry_server.db import insert_ignore
 from registry_server.errors import (BadRequest, Conflict, PayloadTooLarge, Rejected,
                                     SignatureRejected)
@@ -217,6 +218,9 @@ def _check_policy(session: Session, adapter: Adapter, user: User,
                                 "again") from None
     except SignatureError as e:
         raise SignatureRejected(_pusher_view(e, bundle), hint=e.hint) from None
+    if not semver.is_version(manifest["version"]):
+        raise Rejected(f"manifest.json version {manifest['version']!r} is not a semantic version",
+                       hint="use MAJOR.MINOR.PATCH, e.g. 1.0.0")
     if manifest["name"] != adapter.name:
         raise Rejected(f"manifest.json names adapter {manifest['name']!r}, but this is "
                        f"{adapter.repo_id}",

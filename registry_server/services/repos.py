@@ -150,7 +150,7 @@ def resolve_revision(session: Session, adapter: Adapter, revision: str) -> Resol
                                    "or all yanked)", repo_id=adapter.repo_id, revision=revision,
                                    hint="pin an exact version to get a yanked one")
         return Resolved(adapter.latest, pinned=False)
-    column = Version.commit_sha if COMMIT_SHA.match(revision) else Version.version
+    column = Version.commit_sha if COMMIT_SHA.fullmatch(revision) else Version.version
     wanted = revision[1:] if revision[:1] == "v" and semver.is_version(revision[1:]) else revision
     version = session.scalar(select(Version).where(Version.adapter_id == adapter.id,
                                                    column == wanted))

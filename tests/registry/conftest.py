@@ -3,6 +3,8 @@ and PostgreSQL, with users, tokens, signing keys and signed bundles."""
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import requests
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from sqlalchemy import create_engine, text
@@ -23,6 +26,7 @@ from registry_server.db import db
 from registry_server.services import accounts
 
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+HEADER = {"key": "header", "value": {"summary": "push", "description": ""}}
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,23 @@ def signed_bundle(path: Path, key: SigningKey, *, name: str = "sst2", version: s
     make_bundle(path)
     sign_bundle(path, key.private_path)
     return path
+
+
+def file_op(path: str, data: bytes) -> dict:
+    return {"key": "file", "value": {"path": path, "encoding": "base64",
+                                     "content": base64.b64encode(data).decode()}}
+
+
+def bundle_ops(folder: Path) -> list[dict]:
+    return [file_op(p.name, p.read_bytes()) for p in sorted(folder.iterdir())]
+
+
+def post_commit(registry, token: str, body: bytes | list[dict], repo: str = "alice/sst2"):
+    if isinstance(body, list):
+        body = b"".join(json.dumps(line).encode() + b"\n" for line in body)
+    return requests.post(f"{registry.url}/api/models/{repo}/commit/main", data=body,
+                         headers={"Authorization": f"Bearer {token}",
+                                  "Content-Type": "application/x-ndjson"})
 
 
 def _pg_available() -> bool:

@@ -1,0 +1,67 @@
+"""web UI: password credentials and the full-text search index
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-11-22
+
+`ui_credentials` holds the web sign-in password of a user (API clients use tokens).
+
+Full-text search over `adapters.search_text`:
+- SQLite: an FTS5 table with `adapters` as its external content, kept in step by triggers, so
+  every writer (the service layer, the CLI, bulk inserts) updates it in the same transaction.
+- PostgreSQL: a GIN index on `to_tsvector('simple', search_text)`; no extra column to sync.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = '0002'
+down_revision = '0001'
+branch_labels = None
+depends_on = None
+
+SQLITE_FTS = [
+    "CREATE VIRTUAL TABLE adapters_fts USING fts5(search_text, content='adapters', "
+    "content_rowid='id', tokenize='unicode61 remove_diacritics 2')",
+    "CREATE TRIGGER adapters_fts_insert AFTER INSERT ON adapters BEGIN "
+    "INSERT INTO adapters_fts(rowid, search_text) VALUES (new.id, new.search_text); END",
+    "CREATE TRIGGER adapters_fts_delete AFTER DELETE ON adapters BEGIN "
+    "INSERT INTO adapters_fts(adapters_fts, rowid, search_text) "
+    "VALUES ('delete', old.id, old.search_text); END",
+    "CREATE TRIGGER adapters_fts_update AFTER UPDATE OF search_text ON adapters BEGIN "
+    "INSERT INTO adapters_fts(adapters_fts, rowid, search_text) "
+    "VALUES ('delete', old.id, old.search_text); "
+    "INSERT INTO adapters_fts(rowid, search_text) VALUES (new.id, new.search_text); END",
+    "INSERT INTO adapters_fts(adapters_fts) VALUES ('rebuild')",
+]
+PG_FTS = ("CREATE INDEX ix_adapters_search_fts ON adapters "
+          "USING gin (to_tsvector('simple', search_text))")
+
+
+def upgrade() -> None:
+    op.create_table('ui_credentials',
+    sa.Column('user_id', sa.Integer(), nullable=False),
+    sa.Column('password_hash', sa.String(length=256), nullable=False),
+    sa.Column('updated_at', sa.DateTime(timezone=True), nullable=False),
+    sa.ForeignKeyConstraint(['user_id'], ['users.id'], name=op.f('fk_ui_credentials_user_id_users')),
+    sa.PrimaryKeyConstraint('user_id', name=op.f('pk_ui_credentials'))
+    )
+    dialect = op.get_bind().dialect.name
+    if dialect == 'sqlite':
+        for statement in SQLITE_FTS:
+            op.execute(statement)
+    elif dialect == 'postgresql':
+        op.execute(PG_FTS)
+
+
+def downgrade() -> None:
+    dialect = op.get_bind().dialect.name
+    if dialect == 'sqlite':
+        for name in ('insert', 'delete', 'update'):
+            op.execute(f"DROP TRIGGER adapters_fts_{name}")
+        op.execute("DROP TABLE adapters_fts")
+    elif dialect == 'postgresql':
+        op.execute("DROP INDEX ix_adapters_search_fts")
+    op.drop_table('ui_credentials')

@@ -1,0 +1,126 @@
+"""How values read on the page: Jinja filters (sizes, counts, dates, hashes) and the manifest
+"at a glance" rows. Every manifest field is read defensively: a page must render for any
+version the registry accepted, including ones pushed under an older schema."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from flask import Flask
+from markupsafe import Markup, escape
+
+from hubcli.bundle.card import validation_metrics
+from registry_server.models import as_utc
+
+Rows = list[tuple[str, str]]
+
+
+def filesize(size: int) -> str:
+    """1536 -> "1.5 KiB"."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def number(value: int | float) -> str:
+    """12345 -> "12,345"; floats keep 4 significant digits."""
+    return f"{value:,}" if isinstance(value, int) else f"{value:.4g}"
+
+
+def date(moment: datetime | None) -> Markup:
+    """A <time> element showing the UTC day, with the full time as its tooltip."""
+    if moment is None:
+        return Markup("")
+    moment = as_utc(moment)
+    return Markup('<time datetime="{0}" title="{1}">{2}</time>').format(
+        moment.isoformat(timespec="seconds"), moment.strftime("%Y-%m-%d %H:%M UTC"),
+        moment.strftime("%Y-%m-%d"))
+
+
+def short_hash(value: str | None, keep: int = 12) -> str:
+    """"sha256:0123456789abcdef..." -> "sha256:0123456789ab…"."""
+    if not value:
+        return ""
+    algo, _, digest = value.rpartition(":")
+    return (f"{algo}:" if algo else "") + (digest[:keep] + "…" if len(digest) > keep else digest)
+
+
+def words(value: str | None) -> str:
+    """"attention_output" -> "attention output"."""
+    return (value or "").replace("_", " ")
+
+
+def base_rows(manifest: dict[str, Any]) -> Rows:
+    base = manifest.get("base_model", {})
+    rows = [("Model", base.get("name", "?")),
+            ("Revision", base.get("revision") or "not pinned"),
+            ("Type", f"{base.get('model_type', '?')}, hidden size {base.get('hidden_size', '?')},"
+                     f" {base.get('num_layers', '?')} layers")]
+    if isinstance(base.get("num_parameters"), int):
+        rows.append(("Parameters", number(base["num_parameters"])))
+    return rows
+
+
+def architecture_rows(manifest: dict[str, Any]) -> Rows:
+    arch, params = manifest.get("architecture", {}), manifest.get("parameters", {})
+    bottleneck = arch.get("bottleneck", "?")
+    rows = [("Bottleneck", f"{bottleneck} (each adapter maps d → {bottleneck} → d)"),
+            ("Placement", ", ".join(words(p) for p in arch.get("placement", [])) or "?"),
+            ("Layers", _layers(arch.get("layers", []),
+                               manifest.get("base_model", {}).get("num_layers"))),
+            ("Non-linearity", arch.get("non_linearity", "?")),
+            ("LayerNorm", "trained as deltas" if arch.get("layernorm") == "delta" else "frozen")]
+    if isinstance(params.get("trainable"), int):
+        share = params.get("share")
+        of_base = f" ({share:.2%} of the base)" if isinstance(share, (int, float)) else ""
+        rows.append(("Trainable parameters", number(params["trainable"]) + of_base))
+        parts = [f"{k} {number(params[k])}" for k in ("adapters", "layernorm", "head")
+                 if isinstance(params.get(k), int)]
+        if parts:
+            rows.append(("Split", ", ".join(parts)))
+    return rows
+
+
+def _layers(layers: list[int], total: int | None) -> str:
+    if total and sorted(layers) == list(range(total)):
+        return f"all {total}"
+    return ", ".join(str(n) for n in sorted(layers)) or "?"
+
+
+def head_rows(manifest: dict[str, Any]) -> Rows:
+    head = manifest.get("head", {})
+    rows = [("Type", words(head.get("type"))), ("Outputs", str(head.get("num_outputs", "?")))]
+    for key, label in (("pooling", "Pooling"), ("label_scheme", "Label scheme")):
+        if head.get(key):
+            rows.append((label, str(head[key])))
+    return rows
+
+
+def best_metrics(manifest: dict[str, Any]) -> Rows:
+    """The reported validation metrics (the card's choice: `metrics.best` or the last epoch),
+    the primary metric first."""
+    try:
+        metrics = validation_metrics(manifest)
+    except (KeyError, TypeError):
+        return []
+    primary = manifest.get("metrics", {}).get("primary")
+    ordered = sorted(metrics.items(), key=lambda kv: (kv[0] != primary, kv[0]))
+    return [(name, number(value) if isinstance(value, (int, float)) else str(value))
+            for name, value in ordered]
+
+
+def metric_names(epochs: list[dict[str, Any]]) -> list[str]:
+    """The metric columns of the per-epoch table, in first-seen order."""
+    return list(dict.fromkeys(k for row in epochs for k in row if k != "epoch"))
+
+
+def init_app(app: Flask) -> None:
+    app.add_template_filter(filesize)
+    app.add_template_filter(number)
+    app.add_template_filter(date)
+    app.add_template_filter(short_hash)
+    app.add_template_filter(words)

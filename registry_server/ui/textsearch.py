@@ -1,0 +1,49 @@
+"""Full-text matching of adapters, on the index migration 0002 built for each database:
+SQLite's FTS5 table `adapters_fts`, PostgreSQL's GIN index on `to_tsvector('simple', ...)`.
+
+Every word of the query must start a word of the adapter's search text (name, description,
+tags, model card): "sent" finds "sentiment", "sst2 adapter" finds "sst2-adapter".
+"""
+
+from __future__ import annotations
+
+import re
+
+from sqlalchemy import ColumnElement, func, literal_column, select, table, text
+from sqlalchemy.orm import Session
+
+from registry_server.models import Adapter
+
+WORD = re.compile(r"\w+")
+MAX_WORDS = 10
+_FTS = table("adapters_fts", literal_column("rowid"))
+# A literal, not a bound parameter: PostgreSQL only uses the index for the identical expression.
+_SIMPLE = literal_column("'simple'::regconfig")
+
+
+def words(query: str) -> list[str]:
+    """The query's words, lower-cased (at most 10). Quotes and operators are dropped, so user
+    input never reaches the FTS query syntax."""
+    return WORD.findall(query.lower())[:MAX_WORDS]
+
+
+def matches(session: Session, query: str) -> ColumnElement[bool] | None:
+    """A condition on `Adapter` true when it matches every word of `query`; None when the query
+    has no words.
+
+    Raises:
+        NotImplementedError: a database other than SQLite or PostgreSQL.
+    """
+    found = words(query)
+    if not found:
+        return None
+    dialect = session.get_bind().dialect.name
+    if dialect == "sqlite":
+        fts_query = " ".join(f'"{w}"*' for w in found)
+        return Adapter.id.in_(select(_FTS.c.rowid).where(text("adapters_fts MATCH :fts_query")
+                                                         .bindparams(fts_query=fts_query)))
+    if dialect == "postgresql":
+        ts_query = " & ".join(f"'{w}':*" for w in found)
+        return (func.to_tsvector(_SIMPLE, Adapter.search_text)
+                .op("@@")(func.to_tsquery(_SIMPLE, ts_query)))
+    raise NotImplementedError(f"no full-text search for {dialect}")
