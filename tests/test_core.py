@@ -140,3 +140,29 @@ def test_unsupported_model_type_is_named(tmp_path):
     with pytest.raises(UnsupportedModelError, match="'gpt2' is not supported") as err:
         load_base(str(tmp_path))
     assert "bert" in err.value.hint
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "electra"])
+def test_other_bert_shaped_encoders_get_adapters(model_type, tmp_path, tokenizer):
+    """RoBERTa and ELECTRA (whose embeddings are narrower than its hidden size) via the table."""
+    from transformers import AutoConfig, AutoModel
+
+    extra = {"embedding_size": 16} if model_type == "electra" else {}
+    config = AutoConfig.for_model(model_type, vocab_size=30522, hidden_size=32,
+                                  num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=64, max_position_embeddings=130, **extra)
+    AutoModel.from_config(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    base = load_base(str(tmp_path))
+    model = AdapterModel(base.encoder)
+    model.add_adapter("a", HoulsbyConfig(bottleneck=4), HEAD)
+    model.activate("a")
+    batch = dict(base.tokenizer(["a film"], return_tensors="pt"))
+    batch.pop("token_type_ids")
+    assert model(**batch).shape == (1, 2)
+    manifest = {"base_model": base.info.to_manifest(), "head": HEAD.to_manifest(),
+                "architecture": HoulsbyConfig(bottleneck=4).to_manifest(2)}
+    actual = {k: tuple(v.shape) for k, v in model.adapter_state_dict("a").items()}
+    assert actual == expected_tensors(manifest)
+    if model_type == "electra":
+        assert actual["layernorm.embeddings.weight_delta"] == (16,)

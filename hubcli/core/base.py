@@ -33,10 +33,13 @@ class BaseInfo:
     hidden_size: int
     num_layers: int
     num_parameters: int
+    embedding_size: int | None = None
 
     def to_manifest(self) -> dict:
         d = asdict(self)
         d.pop("path")
+        if d["embedding_size"] in (None, self.hidden_size):
+            d.pop("embedding_size")
         return d
 
 
@@ -111,7 +114,8 @@ def load_base(ref: str | None = None, *, revision: str | None = None) -> LoadedB
         name=name, path=str(path), revision=revision, content_hash=content_hash(path),
         tokenizer_hash=tokenizer_hash(tokenizer), model_type=encoder.config.model_type,
         hidden_size=encoder.config.hidden_size, num_layers=encoder.config.num_hidden_layers,
-        num_parameters=sum(p.numel() for p in encoder.parameters()))
+        num_parameters=sum(p.numel() for p in encoder.parameters()),
+        embedding_size=getattr(encoder.config, "embedding_size", None))
     remember_base(info)
     return LoadedBase(encoder, tokenizer, info)
 

@@ -10,7 +10,8 @@ Tensor names in `adapter.safetensors` (all float32):
     adapters.{layer}.{placement}.up.bias       [d]
     layernorm.layers.{layer}.{placement}.weight_delta  [d]   gamma = gamma_base + delta
     layernorm.layers.{layer}.{placement}.bias_delta    [d]   beta  = beta_base + delta
-    layernorm.{extra}.weight_delta / .bias_delta       [d]   e.g. extra = embeddings
+    layernorm.{extra}.weight_delta / .bias_delta       [e]   extra = embeddings; e is the
+                                                             embedding width (= d but in ELECTRA)
     head.*                                             see HEAD_TENSORS
 placement is `attention_output` or `ffn_output`.
 """
@@ -50,12 +51,15 @@ def adapter_tensors(d: int, m: int, layers: list[int], placement: list[str]) -> 
     return out
 
 
-def layernorm_tensors(d: int, num_layers: int, placement_all: tuple[str, ...]) -> dict[str, Shape]:
+def layernorm_tensors(d: int, num_layers: int, placement_all: tuple[str, ...],
+                      embedding_size: int | None = None) -> dict[str, Shape]:
+    """LayerNorm deltas; the embeddings' LayerNorm has the embedding width (ELECTRA: not d)."""
+    sizes = {f"layers.{i}.{p}": d for i in range(num_layers) for p in placement_all}
+    sizes.update({name: embedding_size or d for name in EXTRA_LAYERNORMS})
     out: dict[str, Shape] = {}
-    names = [f"layers.{i}.{p}" for i in range(num_layers) for p in placement_all]
-    for name in [*names, *EXTRA_LAYERNORMS]:
-        out[f"layernorm.{name}.weight_delta"] = (d,)
-        out[f"layernorm.{name}.bias_delta"] = (d,)
+    for name, size in sizes.items():
+        out[f"layernorm.{name}.weight_delta"] = (size,)
+        out[f"layernorm.{name}.bias_delta"] = (size,)
     return out
 
 
@@ -72,7 +76,7 @@ def expected_tensors(manifest: dict[str, Any]) -> dict[str, Shape]:
     d, n_layers = int(base["hidden_size"]), int(base["num_layers"])
     out = adapter_tensors(d, int(arch["bottleneck"]), list(arch["layers"]), list(arch["placement"]))
     if arch.get("layernorm", "delta") == "delta":
-        out.update(layernorm_tensors(d, n_layers, PLACEMENTS))
+        out.update(layernorm_tensors(d, n_layers, PLACEMENTS, base.get("embedding_size")))
     out.update(head_tensors(head["type"], d, int(head["num_outputs"])))
     return out
 
