@@ -41,6 +41,8 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     app.register_blueprint(api.bp)
     app.register_blueprint(lfs.bp)
     app.register_blueprint(hfapi.bp)
+    from registry_server import ui
+    ui.init_app(app)
     if app.config["AUTO_MIGRATE"]:
         _migrate(app)
     _warm_up()

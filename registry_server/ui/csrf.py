@@ -43,7 +43,3 @@ def protect() -> None:
         raise CsrfRejected("this form has expired or did not come from this site",
                            hint="reload the page and submit the form again")
 
-
-def rotate() -> None:
-    """Forget the token (on sign-in and sign-out), so one issued before cannot be replayed."""
-    session.pop(_KEY, None)

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from flask import Flask
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 from hubcli.bundle.card import validation_metrics
 from registry_server.models import as_utc

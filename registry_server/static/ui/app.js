@@ -1,0 +1,64 @@
+// Progressive enhancement only: every page works without this file.
+// 1. A "Copy" button next to each [data-copy] element.
+// 2. Live search: the search page updates its results as you type, keeping the URL in step.
+"use strict";
+
+function addCopyButtons() {
+  if (!navigator.clipboard) return;
+  document.querySelectorAll("[data-copy]").forEach(function (el) {
+    var button = document.createElement("button");
+    button.type = "button";
+    button.className = "copy-button";
+    button.textContent = "Copy";
+    button.setAttribute("aria-label", "Copy " + (el.getAttribute("aria-label") || "text"));
+    button.addEventListener("click", function () {
+      navigator.clipboard.writeText(el.textContent.trim()).then(function () {
+        button.textContent = "Copied";
+        setTimeout(function () { button.textContent = "Copy"; }, 1500);
+      });
+    });
+    el.after(button);
+  });
+}
+
+function liveSearch() {
+  var form = document.getElementById("search-form");
+  if (!form || !window.fetch || !window.DOMParser) return;
+  var timer = null, pending = null;
+
+  function update() {
+    var params = new URLSearchParams(new FormData(form));
+    Array.from(params.keys()).forEach(function (key) {
+      if (!params.get(key)) params.delete(key);
+    });
+    var url = form.action + (params.toString() ? "?" + params : "");
+    if (pending) pending.abort();
+    pending = new AbortController();
+    fetch(url, { signal: pending.signal, headers: { "Accept": "text/html" } })
+      .then(function (response) { return response.text(); })
+      .then(function (html) {
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        var fresh = doc.getElementById("results");
+        if (!fresh) return;
+        document.getElementById("results").replaceWith(fresh);
+        document.title = doc.title;
+        history.replaceState(null, "", url);
+      })
+      .catch(function () { /* aborted or offline: the form still submits normally */ });
+  }
+
+  form.addEventListener("input", function (event) {
+    if (event.target.type === "search" || event.target.type === "text" || !event.target.type) {
+      clearTimeout(timer);
+      timer = setTimeout(update, 250);
+    }
+  });
+  form.addEventListener("change", function (event) {
+    if (event.target.tagName === "SELECT" || event.target.type === "checkbox") update();
+  });
+}
+
+document.addEventListener("DOMContentLoaded", function () {
+  addCopyButtons();
+  liveSearch();
+});

@@ -1,0 +1,30 @@
+"""The registry's web UI: browse, search and inspect adapters; sign in; manage API tokens and
+signing keys. Server-rendered HTML that works without JavaScript (app.js only adds copy
+buttons and live search); styles and scripts are served by the app itself.
+
+    from registry_server import ui
+    ui.init_app(app)    # in create_app, after the API blueprints
+
+Pages (blueprint "ui"): / (home), /search, /<namespace>, /<namespace>/<name>,
+/<namespace>/<name>/versions/<version>, /login, /login/password, /logout, /settings.
+"""
+
+from __future__ import annotations
+
+from flask import Flask
+
+
+def init_app(app: Flask) -> None:
+    # Importing the view modules attaches their routes to the blueprint; models adds the
+    # ui_credentials table to the shared metadata.
+    from registry_server.ui import (cli, models, present, views_account,  # noqa: F401
+                                    views_adapter, views_browse)
+    from registry_server.ui.blueprint import bp
+    from registry_server.ui.signin import UiSessionInterface
+
+    app.session_interface = UiSessionInterface()
+    app.config["SESSION_COOKIE_HTTPONLY"] = True
+    app.config["SESSION_COOKIE_SAMESITE"] = "Lax"
+    present.init_app(app)
+    app.register_blueprint(bp)
+    app.cli.add_command(cli.set_password)
