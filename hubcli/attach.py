@@ -41,9 +41,11 @@ def attach(model, base_info, directory: Path, *, name: str | None = None,
     from hubcli.adapterdir import read_adapter_weights
     from hubcli.core.config import HoulsbyConfig
     from hubcli.core.heads import HeadConfig
+    from hubcli.pulled import registry_keys_for
     from hubcli.signing.policy import check_attach
 
-    verdict = check_attach(Path(directory), allow_unsigned=allow_unsigned)
+    verdict = check_attach(Path(directory), allow_unsigned=allow_unsigned,
+                           extra_public_keys=registry_keys_for(Path(directory)))
     if verdict.message:
         notify(verdict.message)
     manifest = manifest_io.read(Path(directory))
@@ -61,12 +63,13 @@ def attach(model, base_info, directory: Path, *, name: str | None = None,
 
 def base_for(manifest: dict, override: str | None) -> str | None:
     """Which base to load for an adapter: the user's choice, else a local copy with the
-    manifest's content hash, else the manifest's recorded name."""
+    manifest's content hash (the packaged default included), else the manifest's recorded
+    name."""
     if override:
         return override
-    from hubcli.core.base import find_base
+    from hubcli.baseref import locate_base
 
-    return find_base(manifest["base_model"]["content_hash"]) or manifest["base_model"]["name"]
+    return locate_base(manifest["base_model"]["content_hash"]) or manifest["base_model"]["name"]
 
 
 def attach_to_fresh_base(directory: Path, *, base: str | None = None, **kwargs):

@@ -22,6 +22,14 @@ COMMANDS: dict[str, str] = {
     "train": "hubcli.cli.model_cmds:train_cmd",
     "eval": "hubcli.cli.model_cmds:eval_cmd",
     "predict": "hubcli.cli.model_cmds:predict_cmd",
+    "login": "hubcli.cli.registry_cmds:login",
+    "logout": "hubcli.cli.registry_cmds:logout",
+    "whoami": "hubcli.cli.registry_cmds:whoami",
+    "keys": "hubcli.cli.registry_cmds:keys",
+    "push": "hubcli.cli.registry_cmds:push",
+    "pull": "hubcli.cli.registry_cmds:pull",
+    "search": "hubcli.cli.registry_cmds:search",
+    "quickstart": "hubcli.cli.registry_cmds:quickstart",
 }
 
 

@@ -1,0 +1,194 @@
+"""`hub pull NS/NAME[@VERSION]`: download into the Hugging Face cache layout under HUB_HOME,
+copy into a private folder, verify there (signature from a trusted or registry key, digests,
+weights header), and only then move it into place and record it. A download that fails
+verification is removed from the cache too, so it is fetched afresh next time.
+
+Layout:  $HUB_HOME/hf-cache/<host>/models--NS--NAME/...    (huggingface_hub's cache)
+         $HUB_HOME/adapters/<host>/NS/NAME/VERSION/          (verified bundles)
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from hubcli import manifest as manifest_io
+from hubcli import pulled
+from hubcli.errors import HubError, NotFoundError, RegistryError, UsageError
+from hubcli.fsutil import staged_dir
+from hubcli.remote import MAIN, REGISTRY, Remote, download_snapshot, namespace_keys, version_info
+from hubcli.settings import hub_home, save_config
+
+REF = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<version>[\w.+-]+))?$")
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+LAST_PULLED = "last_pulled"  # config key read by hubcli.refs
+
+
+@dataclass(frozen=True)
+class PullResult:
+    record: pulled.PullRecord
+    signer: str  # who signed it, for people: 'alice (sha256:...)'
+    base: str  # where the base will come from, for people
+    warnings: tuple[str, ...] = ()
+
+
+def parse_ref(ref: str) -> tuple[str, str | None]:
+    """'ns/name@1.0.0' -> ('ns/name', '1.0.0'); no @VERSION -> version None.
+
+    Raises:
+        UsageError: not NAMESPACE/NAME[@VERSION].
+    """
+    m = REF.match(ref)
+    if not m:
+        raise UsageError(f"{ref!r} is not an adapter reference",
+                         hint="use NAMESPACE/NAME or NAMESPACE/NAME@VERSION, e.g. "
+                              "alice/sst2-adapter@1.0.0")
+    return m["repo"], m["version"]
+
+
+def pull(ref: str, remote: Remote, *,
+         notify: Callable[[str], None] = lambda _m: None) -> PullResult:
+    """Download, verify and record `ref` from `remote`; it becomes the last pulled adapter.
+
+    Raises:
+        UsageError: a malformed reference.
+        NotFoundError, AuthError, RegistryError: the remote refused or cannot be reached.
+        SignatureError, BundleError, ManifestError: the download does not verify (and was
+            removed from the cache).
+    """
+    repo_id, wanted = parse_ref(ref)
+    notify(f"downloading {repo_id}@{wanted or MAIN} from {remote.endpoint}")
+    snapshot = download_snapshot(remote, repo_id, wanted or MAIN,
+                                 hub_home() / "hf-cache" / remote.cache_key)
+    keys = _registry_keys(remote, repo_id.split("/")[0])
+    try:
+        manifest = manifest_io.read(snapshot)
+        _check_version(repo_id, wanted, manifest["version"])
+        final = hub_home() / "adapters" / remote.cache_key / repo_id / manifest["version"]
+        verdict = _verify_into(snapshot, final, keys, label=f"{repo_id}@{manifest['version']}")
+    except HubError:
+        purge_snapshot(snapshot)
+        raise
+    key_pem = next((k.decode("ascii") for k in keys if _key_id(k) == verdict.key_id), None)
+    record = pulled.PullRecord(repo_id, manifest["version"], snapshot.name, remote.endpoint,
+                               str(final.resolve()), verdict.key_id, key_pem,
+                               datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    pulled.add(record)
+    save_config({LAST_PULLED: record.ref})
+    return PullResult(record, _signer(verdict), describe_base(manifest),
+                      tuple(_yank_warning(remote, record)))
+
+
+def _check_version(repo_id: str, wanted: str | None, got: str) -> None:
+    """Raises: RegistryError: the remote served another version than the one asked for."""
+    if wanted is None or COMMIT.match(wanted) or got in (wanted, wanted.removeprefix("v")):
+        return
+    raise RegistryError(f"asked for {repo_id}@{wanted}, but its manifest.json says version "
+                        f"{got}", repo_id=repo_id, revision=wanted,
+                        hint="the registry or the repository is inconsistent; tell its owner")
+
+
+def _verify_into(snapshot: Path, final: Path, keys: list[bytes], *, label: str):
+    """Copy the snapshot's files (following the cache's links) into a staged folder, verify
+    it, then swap it in as `final`. Returns the attach verdict.
+
+    Raises: SignatureError, BundleError, ManifestError, naming `label` instead of the stage.
+    """
+    from hubcli.signing.policy import check_attach
+
+    with staged_dir(final) as stage:
+        for entry in snapshot.iterdir():
+            shutil.copyfile(entry, stage / entry.name)  # follows the link to the blob
+        try:
+            verdict = check_attach(stage, extra_public_keys=keys)
+        except HubError as e:
+            e.args = (str(e).replace(str(stage), f"{label} (downloaded)"),)
+            raise
+    return verdict
+
+
+def purge_snapshot(snapshot: Path) -> None:
+    """Remove a snapshot folder and the cached blobs its files link to."""
+    for entry in snapshot.iterdir():
+        if entry.is_symlink():
+            entry.resolve().unlink(missing_ok=True)
+        entry.unlink()
+    snapshot.rmdir()
+
+
+def _signer(verdict) -> str:
+    from hubcli.signing.trust import signer_label
+
+    if verdict.key_id is None:
+        return "trained on this machine (not signed by a trusted key)"
+    return signer_label(verdict.signer_name, verdict.key_id)
+
+
+def _key_id(pem: bytes) -> str:
+    from hubcli.signing.keys import key_id
+
+    return key_id(pem)
+
+
+def _registry_keys(remote: Remote, namespace: str) -> list[bytes]:
+    """The keys our registry accepts pushes to `namespace` with; the Hub has none, and a
+    registry too old to list them (404) leaves the trust store to decide."""
+    if remote.kind != REGISTRY:
+        return []
+    try:
+        return namespace_keys(remote, namespace)
+    except NotFoundError:
+        return []
+
+
+def _yank_warning(remote: Remote, record: pulled.PullRecord) -> list[str]:
+    if remote.kind != REGISTRY:
+        return []
+    info = version_info(remote, record.repo_id, record.version)
+    if not info.get("yanked"):
+        return []
+    reason = f": {info['yank_reason']}" if info.get("yank_reason") else ""
+    return [f"warning: {record.ref} is yanked{reason}"]
+
+
+def describe_base(manifest: dict) -> str:
+    """Where the adapter's base will come from: found locally, or fetched when first used."""
+    from hubcli.baseref import locate_base
+
+    base = manifest["base_model"]
+    path = locate_base(base["content_hash"])
+    if path:
+        return f"base {base['name']} is on this machine ({path})"
+    missing = f"base {base['name']} ({base['content_hash'][:19]}…) is not on this machine"
+    if HUB_ID.match(base["name"]):
+        revision = f" at revision {base['revision']}" if base.get("revision") else ""
+        return (f"{missing}; it will be downloaded from the Hugging Face Hub{revision} when "
+                "first used")
+    return f"{missing}; pass --base FOLDER (a copy of it) when you use the adapter"
+
+
+def ensure_pulled(ref: str, notify: Callable[[str], None]) -> Path:
+    """The verified local folder of `ref`: a previous pull when there is one (NS/NAME without a
+    version: the latest pulled), with no network; else pulled now from the default registry.
+
+    Raises: see `pull`.
+    """
+    repo_id, version = parse_ref(ref)
+    found = pulled.find(repo_id, version)
+    if found is not None:
+        if version is None:
+            notify(f"using {found.ref}, pulled before (`hub pull {repo_id}` for a newer one)")
+        return Path(found.path)
+    import sys
+
+    from hubcli.credentials import registry_remote
+
+    result = pull(ref, registry_remote(progress=sys.stderr.isatty()), notify=notify)
+    notify(f"pulled {result.record.ref} into {result.record.path}")
+    return Path(result.record.path)
+

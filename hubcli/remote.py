@@ -1,0 +1,326 @@
+"""The one network seam: every call to a registry goes through here, made with huggingface_hub
+for both targets, our registry and the Hugging Face Hub, parameterised by a `Remote`
+(endpoint + token). Tests point a `Remote` at a registry they start on localhost.
+
+Our registry is spoken to with Xet off and Git LFS opted in (it does not speak Xet; see
+docs/hf-hub-protocol.md), and regardless of HF_HUB_OFFLINE, which is about huggingface.co.
+What the Hub protocol lacks (search, signing keys, yanked versions) comes from the registry's
+native JSON API under /api/v1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+from urllib.parse import quote, urlsplit
+
+from hubcli.bundle import ALLOWED_FILES, SIGNATURE, check_bundle
+from hubcli.bundle.check import list_files
+from hubcli.errors import ConflictError, NoSignatureError, UsageError
+from hubcli.fsutil import CHUNK
+from hubcli.remote_errors import translated
+
+REGISTRY, HF = "registry", "hf"
+MAIN = "main"
+# Asks our registry for Git LFS uploads of large files instead of inline base64.
+LFS_OPT_IN = {"X-Hub-Lfs": "1"}
+
+
+@dataclass(frozen=True)
+class Remote:
+    """Where to publish to or pull from, and as whom.
+
+    kind: "registry" (ours: native API available) or "hf" (the Hugging Face Hub).
+    progress: show huggingface_hub's transfer progress bars.
+    """
+
+    endpoint: str
+    token: str | None = None
+    kind: Literal["registry", "hf"] = REGISTRY
+    progress: bool = True
+
+    @property
+    def cache_key(self) -> str:
+        """A folder name for this remote's downloads: 'huggingface.co', '127.0.0.1-8000'."""
+        parts = urlsplit(self.endpoint)
+        return (parts.netloc or parts.path).replace(":", "-").replace("/", "_")
+
+
+@dataclass(frozen=True)
+class PushResult:
+    repo_id: str
+    version: str
+    commit: str
+    url: str
+    created: bool  # False: this version was published before with the same content
+    files: dict[str, int] = field(default_factory=dict)  # name -> size
+
+
+@dataclass(frozen=True)
+class SearchFilters:
+    text: str = ""
+    task: str | None = None
+    head_type: str | None = None
+    base_model: str | None = None  # exact base name
+    base_hash: str | None = None  # "sha256:..." content hash of the base
+    tags: tuple[str, ...] = ()
+    namespace: str | None = None
+    sort: str = "downloads"
+    limit: int = 20
+
+
+@contextmanager
+def _patched(obj: Any, attr: str, value: Any) -> Iterator[None]:
+    old = getattr(obj, attr)
+    setattr(obj, attr, value)
+    try:
+        yield
+    finally:
+        setattr(obj, attr, old)
+
+
+@contextmanager
+def client(remote: Remote):
+    """An HfApi for `remote`, with huggingface_hub's module settings adjusted while it is used
+    (process-wide: not for concurrent use with other remotes)."""
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars
+    from huggingface_hub.utils import enable_progress_bars
+
+    with ExitStack() as stack:
+        if remote.kind == REGISTRY:
+            stack.enter_context(_patched(constants, "HF_HUB_DISABLE_XET", True))
+            stack.enter_context(_patched(constants, "HF_HUB_OFFLINE", False))
+        if not remote.progress and not are_progress_bars_disabled():
+            disable_progress_bars()
+            stack.callback(enable_progress_bars)
+        # token=False: never send the user's Hugging Face token to another host.
+        yield HfApi(endpoint=remote.endpoint, token=remote.token or False,
+                    headers=LFS_OPT_IN if remote.kind == REGISTRY else None)
+
+
+# --- identity ----------------------------------------------------------------------------
+
+def whoami(remote: Remote) -> dict[str, Any]:
+    """Who the token belongs to: {"name", "orgs": [...], "auth": {...}, ...}.
+
+    Raises:
+        AuthError: no token, or the registry refused it. RegistryError: unreachable.
+    """
+    from hubcli.errors import AuthError
+
+    if not remote.token:
+        raise AuthError(f"not logged in to {remote.endpoint}",
+                        hint=f"hub login --registry {remote.endpoint}")
+    with client(remote) as api, translated(remote.endpoint):
+        return api.whoami()
+
+
+# --- push --------------------------------------------------------------------------------
+
+def check_signed_bundle(directory: Path) -> dict[str, Any]:
+    """The manifest of a complete, signed bundle in `directory`.
+
+    Raises:
+        NoSignatureError: not signed. BundleError, ManifestError: not a well-formed bundle.
+    """
+    directory = Path(directory)
+    if not (directory / SIGNATURE).is_file():
+        raise NoSignatureError(f"{directory}: not signed (no {SIGNATURE}); unsigned bundles "
+                               "are not published",
+                               hint=f"run `hub bundle {directory}` then `hub sign {directory}`")
+    return check_bundle(directory, require_readme=True, require_signature=True)
+
+
+def push_bundle(remote: Remote, directory: Path, *, repo_id: str | None = None,
+                private: bool = False,
+                notify: Callable[[str], None] = lambda _m: None) -> PushResult:
+    """Publish the signed bundle in `directory` as one commit on `main` whose message is its
+    version, and make sure the version is a tag (our registry tags it itself). Pushing a
+    version that exists with the same files changes nothing.
+
+    `repo_id` defaults to <the token's user>/<manifest name>.
+
+    Raises:
+        NoSignatureError, BundleError, ManifestError: not a complete signed bundle.
+        ConflictError: the version exists with other content.
+        AuthError, NotFoundError, RegistryError: the remote refused or cannot be reached.
+    """
+    directory = Path(directory)
+    manifest = check_signed_bundle(directory)
+    version = manifest["version"]
+    sizes = list_files(directory)
+    with client(remote) as api:
+        with translated(remote.endpoint):
+            repo_id = repo_id or f"{api.whoami()['name']}/{manifest['name']}"
+        with translated(remote.endpoint, repo_id=repo_id, revision=version):
+            url = str(api.create_repo(repo_id, private=private, exist_ok=True))
+            tagged = _tag_target(api, repo_id, version)
+            if tagged is not None:
+                _require_same_files(api, repo_id, version, directory, sizes)
+                notify(f"{repo_id} {version} is published already with the same files")
+                return PushResult(repo_id, version, tagged, url, False, sizes)
+            notify(f"uploading {len(sizes)} files ({sum(sizes.values()):,} bytes) to "
+                   f"{repo_id} on {remote.endpoint}")
+            info = api.create_commit(repo_id, _operations(directory, sizes),
+                                     commit_message=version, revision=MAIN,
+                                     commit_description=manifest.get("description", ""))
+            if _tag_target(api, repo_id, version) is None:
+                api.create_tag(repo_id, tag=version, revision=info.oid)
+    return PushResult(repo_id, version, info.oid, url, True, sizes)
+
+
+def _operations(directory: Path, sizes: dict[str, int]) -> list:
+    from huggingface_hub import CommitOperationAdd
+
+    return [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(directory / name))
+            for name in sorted(sizes)]
+
+
+def _tag_target(api, repo_id: str, version: str) -> str | None:
+    """The commit the tag `version` points at, or None."""
+    for tag in api.list_repo_refs(repo_id).tags:
+        if tag.name == version:
+            return tag.target_commit
+    return None
+
+
+def git_blob_oid(path: Path) -> str:
+    """Git's blob id of a file: SHA-1 of "blob <size>\\0" + content."""
+    h = hashlib.sha1(b"blob %d\0" % Path(path).stat().st_size)
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _require_same_files(api, repo_id: str, version: str, directory: Path,
+                        sizes: dict[str, int]) -> None:
+    """Raises: ConflictError: the published version's bundle files differ from ours."""
+    from hubcli.fsutil import sha256_file
+
+    remote = {f.path: f for f in api.list_repo_tree(repo_id, revision=version, recursive=True)
+              if f.path in ALLOWED_FILES}
+    differ = sorted(set(remote) ^ set(sizes))
+    for name in sorted(set(remote) & set(sizes)):
+        f, local = remote[name], directory / name
+        same = (f.lfs.sha256 == sha256_file(local) if f.lfs is not None
+                else f.blob_id == git_blob_oid(local))
+        if not same:
+            differ.append(name)
+    if differ:
+        raise ConflictError(f"{repo_id} version {version} is published already with other "
+                            f"content ({', '.join(differ)} differ); versions are immutable",
+                            repo_id=repo_id, revision=version, status=409,
+                            hint="bump the version in manifest.json, then `hub bundle`, "
+                                 "`hub sign` and push again")
+
+
+# --- pull --------------------------------------------------------------------------------
+
+def download_snapshot(remote: Remote, repo_id: str, revision: str, cache_dir: Path) -> Path:
+    """Download the bundle files of `repo_id` at `revision` into the Hugging Face cache layout
+    under `cache_dir`; returns the snapshot folder (its files are links into blobs/).
+
+    Raises:
+        NotFoundError: no such repository or revision. AuthError, RegistryError.
+    """
+    with client(remote) as api, translated(remote.endpoint, repo_id=repo_id, revision=revision):
+        return Path(api.snapshot_download(repo_id, revision=revision, cache_dir=str(cache_dir),
+                                          allow_patterns=list(ALLOWED_FILES)))
+
+
+# --- native API (our registry only) --------------------------------------------------------
+
+def native(remote: Remote, method: str, path: str, *, json: Any = None,
+           params: dict[str, Any] | None = None, repo_id: str | None = None) -> Any:
+    """Call the registry's /api/v1 `path`; returns the decoded JSON answer (None when empty).
+
+    Raises:
+        UsageError: `remote` is the Hugging Face Hub, which has no such API.
+        AuthError, NotFoundError, ConflictError, RegistryError: as the registry answered.
+    """
+    if remote.kind != REGISTRY:
+        raise UsageError("the Hugging Face Hub has no registry API for this",
+                         hint="use our registry (--registry URL)")
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    with client(remote), translated(remote.endpoint, repo_id=repo_id):
+        response = get_session().request(
+            method, f"{remote.endpoint}/api/v1/{path}", json=json, params=params,
+            headers=build_hf_headers(token=remote.token or False))
+        hf_raise_for_status(response)
+        return response.json() if response.content else None
+
+
+def search(remote: Remote, filters: SearchFilters) -> dict[str, Any]:
+    """Adapters matching `filters`: {"items": [...], "total", "page", "per_page", "pages"}.
+
+    Raises:
+        RegistryError: a bad filter (e.g. unknown sort) or an unreachable registry.
+    """
+    params = {"q": filters.text, "task": filters.task, "head_type": filters.head_type,
+              "base_model": filters.base_model, "base_hash": filters.base_hash,
+              "tag": list(filters.tags), "namespace": filters.namespace, "sort": filters.sort,
+              "per_page": filters.limit}
+    return native(remote, "GET", "adapters",
+                  params={k: v for k, v in params.items() if v not in (None, "", [])})
+
+
+def version_info(remote: Remote, repo_id: str, version: str) -> dict[str, Any]:
+    """The registry's record of one version: yanked?, signer key id, files, manifest."""
+    return native(remote, "GET", f"adapters/{repo_id}/versions/{quote(version, safe='')}",
+                  repo_id=repo_id)
+
+
+def upload_key(remote: Remote, pem: bytes, name: str = "") -> tuple[dict[str, Any], bool]:
+    """Register a signing public key to the token's user. Returns (key record, created);
+    a key registered already is not an error.
+
+    Raises:
+        AuthError: not logged in, or a read-only token. RegistryError: not a usable key.
+    """
+    try:
+        return native(remote, "POST", "keys", json={"pem": pem.decode("ascii"),
+                                                     "name": name}), True
+    except ConflictError:
+        from hubcli.signing.keys import key_id
+
+        kid = key_id(pem)
+        mine = [k for k in list_keys(remote) if k["key_id"] == kid]
+        if not mine:
+            raise
+        return mine[0], False
+
+
+def upload_own_key(remote: Remote, name: str = "") -> tuple[dict[str, Any], bool]:
+    """`upload_key` with the public key `hub keygen` made.
+
+    Raises:
+        SigningKeyError: there is no key pair yet. AuthError, RegistryError: as `upload_key`.
+    """
+    from hubcli.errors import SigningKeyError
+    from hubcli.signing.keys import public_key_path
+
+    try:
+        pem = public_key_path().read_bytes()
+    except FileNotFoundError:
+        raise SigningKeyError(f"no public key at {public_key_path()}",
+                              hint="create your key pair with `hub keygen`") from None
+    return upload_key(remote, pem, name)
+
+
+def list_keys(remote: Remote) -> list[dict[str, Any]]:
+    """The signing keys registered to the token's user."""
+    return native(remote, "GET", "keys")["items"]
+
+
+def namespace_keys(remote: Remote, namespace: str) -> list[bytes]:
+    """PEM public keys the registry accepts pushes to `namespace` with (a user's keys, or an
+    organisation's members' keys): the signers whose bundles from there are trusted on pull."""
+    answer = native(remote, "GET", f"namespaces/{quote(namespace, safe='')}/keys")
+    return [k["pem"].encode("ascii") for k in answer["items"]]
