@@ -19,12 +19,14 @@ def init_app(app: Flask) -> None:
     # ui_credentials table to the shared metadata.
     from registry_server.ui import (cli, models, present, views_account,  # noqa: F401
                                     views_adapter, views_browse)
-    from registry_server.ui.blueprint import bp
+    from registry_server.ui.blueprint import bp, url_with
     from registry_server.ui.signin import UiSessionInterface
 
     app.session_interface = UiSessionInterface()
     app.config["SESSION_COOKIE_HTTPONLY"] = True
     app.config["SESSION_COOKIE_SAMESITE"] = "Lax"
     present.init_app(app)
+    # A global, not a context variable, so that imported macros (pagination) see it too.
+    app.add_template_global(url_with)
     app.register_blueprint(bp)
     app.cli.add_command(cli.set_password)

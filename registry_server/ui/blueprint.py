@@ -34,7 +34,7 @@ def _headers(response: Response) -> Response:
 
 @bp.context_processor
 def _template_globals() -> dict:
-    return {"viewer": signin.viewer(), "csrf_token": csrf.token, "url_with": url_with}
+    return {"viewer": signin.viewer(), "csrf_token": csrf.token}
 
 
 def url_with(**changes: object) -> str:

@@ -14,8 +14,8 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-WIDTH, HEIGHT = 480, 220
-LEFT, RIGHT, TOP, BOTTOM = 48, 12, 12, 34
+WIDTH, HEIGHT = 360, 210
+LEFT, RIGHT, TOP, BOTTOM = 44, 10, 10, 38
 SERIES_CLASSES = 6
 
 
@@ -89,7 +89,7 @@ def render(panel: Panel, chart_id: str) -> Markup:
                      f'y2="{y(tick):.1f}"/><text class="tick" x="{LEFT - 6}" y="{y(tick) + 4:.1f}" '
                      f'text-anchor="end">{fmt(tick)}</text>')
     for epoch in _thin(epochs):
-        parts.append(f'<text class="tick" x="{x(epoch):.1f}" y="{HEIGHT - BOTTOM + 16}" '
+        parts.append(f'<text class="tick" x="{x(epoch):.1f}" y="{HEIGHT - BOTTOM + 17}" '
                      f'text-anchor="middle">{epoch}</text>')
     parts.append(f'<text class="axis" x="{(LEFT + WIDTH - RIGHT) / 2}" y="{HEIGHT - 4}" '
                  'text-anchor="middle">epoch</text>')

@@ -1,17 +1,22 @@
-"""Seed data for the web UI tests: signed bundles published through the service layer
-(`commits.commit`, the same policy an HTTP push goes through), plus web passwords."""
+"""Seed data and fixtures for the web UI tests: signed bundles published through the service
+layer (`commits.commit`, the same policy an HTTP push goes through), web passwords, and helpers
+to sign in with a test client. Test modules import the fixtures they use from here."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
 
-from conftest import SigningKey, signed_bundle
+import pytest
+
+from conftest import SigningKey, new_signing_key, pg_schema_url, signed_bundle
 from factories import refresh_files
 from hubcli.signing.sign import sign_bundle
+from registry_server import create_app
 from registry_server.db import db
 from registry_server.services import accounts, commits, repos, versions
 from registry_server.storage import get_storage
@@ -72,8 +77,8 @@ def evil_bundle(path: Path, key: SigningKey) -> Path:
 
 def seed(app, root: Path, key: SigningKey, other_key: SigningKey) -> None:
     """alice (password PASSWORD, key registered) publishes sst2-sentiment 0.9.0 (yanked),
-    1.0.0 and 1.1.0, and conll-ner; bob publishes evil-card; acme (alice's org) has a private
-    adapter; carol has no password and no adapters."""
+    1.0.0 and 1.1.0 (5 downloads), and conll-ner (2 downloads); bob publishes evil-card;
+    acme (alice's org) has a private adapter; carol has no password and no adapters."""
     with db.session_scope(app) as session:
         for name, signing in (("alice", key), ("bob", other_key), ("carol", None)):
             user = accounts.create_user(session, name)
@@ -102,3 +107,50 @@ def seed(app, root: Path, key: SigningKey, other_key: SigningKey) -> None:
         adapter = repos.find_adapter(session, "alice", "sst2-sentiment")
         versions.yank(session, adapter, accounts.get_user(session, "alice"), "0.9.0",
                       "labels were swapped")
+        # Distinct download counts, so "most downloaded" and "recent" order differently.
+        for repo, times in (("sst2-sentiment", 5), ("conll-ner", 2)):
+            for _ in range(times):
+                versions.count_download(session, repos.find_adapter(session, "alice", repo).latest)
+
+
+DATABASES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+def make_app(kind: str, root: Path):
+    """An app over a fresh database (`kind` sqlite or postgres); yields it, then cleans up."""
+    pg = pg_schema_url() if kind == "postgres" else None
+    url = next(pg) if pg else f"sqlite:///{root / 'registry.db'}"
+    app = create_app({"INSTANCE_PATH": str(root / "instance"), "DATABASE_URL": url,
+                      "SECRET_KEY": "test-secret", "AUTO_MIGRATE": True})
+    yield app
+    db.engine(app).dispose()
+    if pg:
+        next(pg, None)
+
+
+@pytest.fixture(scope="module", params=DATABASES)
+def seeded_app(request, tmp_path_factory):
+    """A registry holding `seed`'s data, shared by a module's read-only tests."""
+    root = tmp_path_factory.mktemp("ui-seeded")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HUB_HOME", str(root / "hub_home"))
+        apps = make_app(request.param, root)
+        app = next(apps)
+        keys = root / "keys"
+        seed(app, root / "bundles", new_signing_key(keys), new_signing_key(keys))
+    yield app
+    next(apps, None)
+
+
+def csrf_token(html: str) -> str:
+    match = CSRF_FIELD.search(html)
+    assert match, "the page has no form with a CSRF token"
+    return match.group(1)
+
+
+def sign_in(client, name: str = "alice", password: str = PASSWORD):
+    """Sign `client` in through the login form; returns the response to the POST."""
+    token = csrf_token(client.get("/login").get_data(as_text=True))
+    return client.post("/login", data={"csrf_token": token, "name": name,
+                                       "password": password, "next": "/"})

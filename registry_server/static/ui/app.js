@@ -1,6 +1,7 @@
 // Progressive enhancement only: every page works without this file.
 // 1. A "Copy" button next to each [data-copy] element.
 // 2. Live search: the search page updates its results as you type, keeping the URL in step.
+// 3. On a phone, the search filters start folded away unless one is in use.
 "use strict";
 
 function addCopyButtons() {
@@ -58,7 +59,17 @@ function liveSearch() {
   });
 }
 
+function foldFilters() {
+  var filters = document.querySelector("details.filters");
+  if (!filters || !window.matchMedia("(max-width: 700px)").matches) return;
+  var inUse = Array.from(filters.querySelectorAll("input, select")).some(function (el) {
+    return el.type === "checkbox" ? el.checked : el.value;
+  });
+  if (!inUse) filters.open = false;
+}
+
 document.addEventListener("DOMContentLoaded", function () {
   addCopyButtons();
   liveSearch();
+  foldFilters();
 });

@@ -1,0 +1,96 @@
+"""The web UI's pure parts: SVG chart, Markdown rendering, query words, value formatting; and
+the full-text index staying in step with pushes (SQLite triggers, PostgreSQL expression)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from sqlalchemy import text
+
+from conftest import new_signing_key
+from factories import default_manifest
+from registry_server.db import db
+from registry_server.services import accounts
+from registry_server.ui import chart, present, textsearch
+from registry_server.ui.markdown import render_card, strip_front_matter
+from ui_seed import DATABASES, make_app, publish, signed_bundle
+
+
+def test_nice_ticks_cover_the_range_with_round_steps():
+    assert chart.nice_ticks(0.4, 0.9) == [0.4, 0.6, 0.8, 1.0]
+    assert chart.nice_ticks(0.7, 0.85) == [0.7, 0.75, 0.8, 0.85]
+    assert chart.nice_ticks(0.0123, 2.7) == [0.0, 1.0, 2.0, 3.0]
+    assert chart.nice_ticks(0.5, 0.5) == [0.45, 0.5, 0.55]  # a single value gets padded
+
+
+def test_panels_split_losses_from_scores_and_skip_bad_values():
+    panels = chart.panels([{"epoch": 2, "accuracy": 0.8, "train_loss": 0.5},
+                           {"epoch": 1, "accuracy": 0.7, "train_loss": 0.9, "loss": math.nan},
+                           {"epoch": 3, "accuracy": True}])
+    assert [(p.title, p.series) for p in panels] == [
+        ("Loss", {"train_loss": [(1, 0.9), (2, 0.5)]}),
+        ("Scores", {"accuracy": [(1, 0.7), (2, 0.8)]})]
+    assert chart.panels([{"epoch": 1}]) == []
+
+
+def test_chart_svg_places_points_and_escapes_names():
+    panel = chart.Panel("Scores", {"<b>acc</b>": [(1, 0.5), (3, 1.0)]})
+    svg = str(chart.render(panel, "c"))
+    assert svg.startswith('<svg class="chart" viewBox="0 0 360 210" role="img"')
+    assert '<polyline class="line series-0" points="44.0,145.0 350.0,10.0"/>' in svg
+    assert "&lt;b&gt;acc&lt;/b&gt;, epoch 3: 1</title>" in svg and "<b>" not in svg
+    assert panel.legend == [("<b>acc</b>", "series-0")]
+
+
+def test_markdown_drops_front_matter_html_and_unsafe_links():
+    card = "---\nlicense: mit\n---\n# Title\n\n<b>raw</b> [x](javascript:alert(1)) [ok](https://e.org)"
+    html = str(render_card(card))
+    assert html.startswith("<h2>Title</h2>")
+    assert "&lt;b&gt;raw&lt;/b&gt;" in html and 'href="javascript' not in html
+    assert '<a href="https://e.org" rel="nofollow ugc noopener">ok</a>' in html
+    assert strip_front_matter("no front matter\n---\n") == "no front matter\n---\n"
+
+
+def test_query_words_drop_search_syntax():
+    assert textsearch.words('SST-2 "sent*" OR (x)') == ["sst", "2", "sent", "or", "x"]
+    assert textsearch.words("  ") == []
+
+
+def test_present_formats_values():
+    assert present.filesize(1536) == "1.5 KiB" and present.filesize(12) == "12 B"
+    assert present.number(12345) == "12,345" and present.number(0.123456) == "0.1235"
+    assert present.short_hash("sha256:" + "ab" * 32) == "sha256:abababababab…"
+    manifest = default_manifest()
+    manifest["parameters"] = {"trainable": 2610, "base": 1_000_000, "share": 0.00261}
+    rows = dict(present.architecture_rows(manifest))
+    assert rows["Layers"] == "all 2" and rows["Trainable parameters"] == "2,610 (0.26% of the base)"
+    assert present.best_metrics(manifest) == [("accuracy", "0.85"), ("loss", "0.4")]
+    assert present.best_metrics({}) == []  # a manifest without metrics still renders
+
+
+@pytest.mark.parametrize("kind", DATABASES)
+def test_search_index_follows_new_versions(kind, tmp_path, monkeypatch):
+    monkeypatch.setenv("HUB_HOME", str(tmp_path / "hub_home"))
+    apps = make_app(kind, tmp_path)
+    app = next(apps)
+    key = new_signing_key(tmp_path / "keys")
+    with db.session_scope(app) as session:
+        accounts.add_public_key(session, accounts.create_user(session, "alice"), key.public_pem)
+    client = app.test_client()
+
+    def found(word: str) -> bool:
+        return "alice/</span>probe" in client.get(f"/search?q={word}").get_data(as_text=True)
+
+    publish(app, "alice", signed_bundle(tmp_path / "v1", key, name="probe",
+                                        description="Aardvark detector."))
+    assert found("aardvark") and not found("zebra")
+    publish(app, "alice", signed_bundle(tmp_path / "v2", key, name="probe", version="1.1.0",
+                                        description="Zebra detector."))
+    assert found("zebra") and not found("aardvark")
+    if kind == "sqlite":
+        with db.engine(app).connect() as conn:
+            triggers = conn.execute(text("SELECT name FROM sqlite_master WHERE type='trigger'"))
+            assert {"adapters_fts_insert", "adapters_fts_update",
+                    "adapters_fts_delete"} <= {name for (name,) in triggers}
+    next(apps, None)
