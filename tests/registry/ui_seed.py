@@ -109,8 +109,9 @@ def seed(app, root: Path, key: SigningKey, other_key: SigningKey) -> None:
                       "labels were swapped")
         # Distinct download counts, so "most downloaded" and "recent" order differently.
         for repo, times in (("sst2-sentiment", 5), ("conll-ner", 2)):
+            adapter = repos.find_adapter(session, "alice", repo)
             for _ in range(times):
-                versions.count_download(session, repos.find_adapter(session, "alice", repo).latest)
+                versions.count_download(session, adapter.latest_version_id, adapter.id)
 
 
 DATABASES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]

@@ -1,0 +1,159 @@
+"""The web UI in a real browser: headless Debian Chromium driven by Playwright, against a
+registry served over HTTP on a free localhost port, seeded with signed adapters.
+
+Screenshots of the adapter page (desktop and phone width) are saved in the test's temp folder
+and their paths printed (`pytest -s` shows them).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import new_signing_key, start_registry
+from ui_seed import PASSWORD, seed
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                 reason=f"{CHROMIUM} is missing (apt-get install chromium)")]
+DESKTOP, PHONE = {"width": 1280, "height": 900}, {"width": 390, "height": 844}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ui-browser")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HUB_HOME", str(root / "hub_home"))
+        registry, stop = start_registry({"INSTANCE_PATH": str(root / "instance"),
+                                         "DATABASE_URL": f"sqlite:///{root / 'registry.db'}",
+                                         "SECRET_KEY": "test-secret"})
+        keys = root / "keys"
+        seed(registry.app, root / "bundles", new_signing_key(keys), new_signing_key(keys))
+    yield registry
+    stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    context = browser.new_context(viewport=DESKTOP, base_url=server.url)
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
+    yield context.new_page()
+    context.close()
+
+
+def result_names(page) -> list[str]:
+    return page.locator("#results .adapter-item h3 a").all_inner_texts()
+
+
+def test_search_filter_and_live_search(page):
+    page.goto("/")
+    page.get_by_role("searchbox", name="Search adapters").fill("sent")
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r"/search\?q=sent$"))
+    assert result_names(page) == ["alice/sst2-sentiment", "bob/evil-card"]
+    page.locator("#results").get_by_role("link", name="english").first.click()
+    page.wait_for_url(re.compile(r"tag=english"))
+    assert result_names(page) == ["alice/sst2-sentiment"]
+    # Live search: typing updates the results and the URL without submitting the form.
+    page.goto("/search")
+    page.locator("#q").press_sequentially("conll", delay=20)
+    page.wait_for_url(re.compile(r"/search\?q=conll"))
+    page.wait_for_function("document.querySelectorAll('#results .adapter-item').length === 1")
+    assert result_names(page) == ["alice/conll-ner"]
+    page.select_option("#task", "classification")
+    page.wait_for_url(re.compile(r"task=classification"))
+    expect_text(page, "#results-h", "0 adapters")
+
+
+def expect_text(page, selector: str, text: str) -> None:
+    from playwright.sync_api import expect
+
+    expect(page.locator(selector)).to_contain_text(text)
+
+
+def test_adapter_page(page, tmp_path):
+    page.goto("/search?q=sst2")
+    page.get_by_role("link", name="alice/sst2-sentiment").click()
+    page.wait_for_url(re.compile(r"/alice/sst2-sentiment$"))
+    assert page.locator("h1").inner_text().startswith("sst2-sentiment")
+    tiles = page.locator(".metric-tiles li").all_inner_texts()
+    assert [t.split() for t in tiles] == [["accuracy", "0.86"], ["f1", "0.85"]]
+    assert page.locator("ol.labels li").all_inner_texts() == ["negative", "positive"]
+    assert "Signed by a key registered to alice, who published it." in page.locator(".sig").inner_text()
+    versions = page.locator("ol.versions > li")
+    assert versions.count() == 3
+    assert "yanked" in versions.nth(2).inner_text() and "labels were swapped" in versions.nth(2).inner_text()
+    assert page.locator("svg.chart").count() == 2 and page.locator("svg.chart").first.is_visible()
+    page.get_by_role("button", name="Copy Pull command").click()
+    assert page.evaluate("navigator.clipboard.readText()") == "hub pull alice/sst2-sentiment@1.1.0"
+    shot = tmp_path / "adapter-desktop.png"
+    page.screenshot(path=str(shot), full_page=True)
+    page.set_viewport_size(PHONE)
+    # Nothing is wider than a phone screen (wide tables scroll inside their own box).
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    phone = tmp_path / "adapter-phone.png"
+    page.screenshot(path=str(phone), full_page=True)
+    print(f"\nadapter page screenshots: {shot} {phone}")
+    assert shot.stat().st_size > 10_000 and phone.stat().st_size > 10_000
+
+
+def test_sign_in_create_and_revoke_a_token_add_a_key(page, tmp_path):
+    page.goto("/alice/sst2-sentiment")
+    page.get_by_role("link", name="Sign in").click()
+    page.get_by_label("User name").fill("alice")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(re.compile(r"/alice/sst2-sentiment$"))  # back where the user was
+    page.get_by_role("link", name="Settings").click()
+    page.get_by_label("Name", exact=True).fill("browser")
+    page.get_by_label("write").check()
+    page.get_by_role("button", name="Create token").click()
+    secret = page.locator(".new-token code").inner_text()
+    assert secret.startswith("hubr_") and "shown only this once" in page.content()
+    page.goto("/settings")
+    assert secret not in page.content()
+    row = page.locator("tr", has_text="browser")
+    row.get_by_role("button", name="Revoke token browser").click()
+    expect_text(page, ".flashes", "Token 'browser' is revoked.")
+    expect_text(page, "tr:has-text('browser')", "revoked")
+    key = new_signing_key(tmp_path / "keys")
+    page.get_by_label("Name (optional)").fill("second laptop")
+    page.get_by_label("Public key (PEM)").fill(key.public_pem)
+    page.get_by_role("button", name="Add key").click()
+    expect_text(page, ".flashes", "is registered.")
+    assert page.locator("#keys tbody tr").count() == 2
+    page.get_by_role("button", name="Sign out").click()
+    expect_text(page, ".flashes", "You are signed out.")
+
+
+def test_keyboard_and_no_javascript(browser, server):
+    context = browser.new_context(viewport=DESKTOP, base_url=server.url, java_script_enabled=False)
+    page = context.new_page()
+    page.goto("/")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+    page.fill("#home-q", "ner")
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r"/search\?q=ner"))
+    assert result_names(page) == ["alice/conll-ner"]
+    page.goto("/alice/conll-ner")
+    # Without JavaScript there is no copy button, but the command is there to select.
+    assert page.locator(".copy-button").count() == 0
+    assert page.locator("[data-copy]").inner_text() == "hub pull alice/conll-ner@1.0.0"
+    assert page.locator("ol.labels li").all_inner_texts() == ["O", "B-PER", "I-PER", "B-LOC",
+                                                             "I-LOC"]
+    context.close()
