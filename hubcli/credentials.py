@@ -70,10 +70,13 @@ def registry_remote(endpoint: str | None = None, token: str | None = None, *,
 
 
 def hf_remote(token: str | None = None, *, progress: bool = True) -> Remote:
-    """The Hugging Face Hub (HF_ENDPOINT if set): token from flag > huggingface_hub's own."""
+    """The Hugging Face Hub (HF_ENDPOINT if set): token from flag > huggingface_hub's own
+    (HF_TOKEN, or `hf auth login`)."""
     from huggingface_hub import constants, get_token
 
-    return Remote(constants.ENDPOINT.rstrip("/"), token or get_token(), HF, progress)
+    # HF_ENDPOINT is read here too, not only when huggingface_hub was imported
+    endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
+    return Remote(endpoint.rstrip("/"), token or get_token(), HF, progress)
 
 
 def login(endpoint: str | None, token: str, *, make_default: bool = True) -> dict[str, Any]:

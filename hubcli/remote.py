@@ -88,8 +88,8 @@ def client(remote: Remote):
     """An HfApi for `remote`, with huggingface_hub's module settings adjusted while it is used
     (process-wide: not for concurrent use with other remotes)."""
     from huggingface_hub import HfApi, constants
-    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars
-    from huggingface_hub.utils import enable_progress_bars
+    from huggingface_hub.utils import (are_progress_bars_disabled, disable_progress_bars,
+                                       enable_progress_bars)
 
     with ExitStack() as stack:
         if remote.kind == REGISTRY:

@@ -66,3 +66,31 @@ def signed_dir(bundle_dir):
     create_signing_key(name="alice")
     sign_bundle(bundle_dir)
     return bundle_dir
+
+
+@pytest.fixture(scope="module")
+def live_registry(tmp_path_factory):
+    """Our registry (hubcli.local_registry: the real app over SQLite and a temp blob folder),
+    served from a thread on a free localhost port and shared by a test module. Tests keep
+    apart by using their own user (`registry_user`)."""
+    from hubcli.local_registry import LocalRegistry
+
+    with LocalRegistry(tmp_path_factory.mktemp("registry")) as registry:
+        yield registry
+
+
+@pytest.fixture
+def registry_user(live_registry, request) -> tuple[str, str]:
+    """(name, write token) of a new user on `live_registry`, named after the test."""
+    import re
+
+    name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[-60:].lstrip("-")
+    return name, live_registry.create_user(name)
+
+
+@pytest.fixture
+def remote(live_registry, registry_user):
+    """A `Remote` for `live_registry` with `registry_user`'s token (no progress bars)."""
+    from hubcli.remote import Remote
+
+    return Remote(live_registry.url, registry_user[1], progress=False)

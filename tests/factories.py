@@ -103,3 +103,14 @@ def make_adapter_dir(path: Path, *, hidden: int = 32, num_layers: int = 2, bottl
     manifest["files"] = [file_entry(path, "adapter.safetensors")]
     manifest_io.write(path, manifest)
     return path
+
+
+def make_signed_bundle(path: Path, *, key_path: Path | None = None, **overrides: Any) -> Path:
+    """`make_adapter_dir`, bundled and signed (with `hub keygen`'s key unless `key_path`)."""
+    from hubcli.bundle import make_bundle
+    from hubcli.signing.sign import sign_bundle
+
+    make_adapter_dir(path, **overrides)
+    make_bundle(path)
+    sign_bundle(path, key_path)
+    return path
