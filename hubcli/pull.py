@@ -62,10 +62,10 @@ def pull(ref: str, remote: Remote, *,
             removed from the cache).
     """
     repo_id, wanted = parse_ref(ref)
+    keys = _registry_keys(remote, repo_id.split("/")[0])
     notify(f"downloading {repo_id}@{wanted or MAIN} from {remote.endpoint}")
     snapshot = download_snapshot(remote, repo_id, wanted or MAIN,
                                  hub_home() / "hf-cache" / remote.cache_key)
-    keys = _registry_keys(remote, repo_id.split("/")[0])
     try:
         manifest = manifest_io.read(snapshot)
         _check_version(repo_id, wanted, manifest["version"])
@@ -80,8 +80,9 @@ def pull(ref: str, remote: Remote, *,
                                datetime.now(timezone.utc).isoformat(timespec="seconds"))
     pulled.add(record)
     save_config({LAST_PULLED: record.ref})
-    return PullResult(record, _signer(verdict), describe_base(manifest),
-                      tuple(_yank_warning(remote, record)))
+    # `main` never resolves to a yanked version; only an exact one can be yanked
+    warnings = _yank_warning(remote, record) if wanted is not None else []
+    return PullResult(record, _signer(verdict), describe_base(manifest), tuple(warnings))
 
 
 def _check_version(repo_id: str, wanted: str | None, got: str) -> None:

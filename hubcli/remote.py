@@ -22,7 +22,7 @@ from hubcli.bundle import ALLOWED_FILES, SIGNATURE, check_bundle
 from hubcli.bundle.check import list_files
 from hubcli.errors import ConflictError, NoSignatureError, UsageError
 from hubcli.fsutil import CHUNK
-from hubcli.remote_errors import translated
+from hubcli.remote_errors import login_hint, translated
 
 REGISTRY, HF = "registry", "hf"
 MAIN = "main"
@@ -39,7 +39,7 @@ class Remote:
     """
 
     endpoint: str
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)  # kept out of logs and tracebacks
     kind: Literal["registry", "hf"] = REGISTRY
     progress: bool = True
 
@@ -114,9 +114,8 @@ def whoami(remote: Remote) -> dict[str, Any]:
     from hubcli.errors import AuthError
 
     if not remote.token:
-        raise AuthError(f"not logged in to {remote.endpoint}",
-                        hint=f"hub login --registry {remote.endpoint}")
-    with client(remote) as api, translated(remote.endpoint):
+        raise AuthError(f"not logged in to {remote.endpoint}", hint=login_hint(remote))
+    with client(remote) as api, translated(remote):
         return api.whoami()
 
 
@@ -154,10 +153,9 @@ def push_bundle(remote: Remote, directory: Path, *, repo_id: str | None = None,
     manifest = check_signed_bundle(directory)
     version = manifest["version"]
     sizes = list_files(directory)
+    repo_id = repo_id or f"{whoami(remote)['name']}/{manifest['name']}"
     with client(remote) as api:
-        with translated(remote.endpoint):
-            repo_id = repo_id or f"{api.whoami()['name']}/{manifest['name']}"
-        with translated(remote.endpoint, repo_id=repo_id, revision=version):
+        with translated(remote, repo_id=repo_id, revision=version):
             url = str(api.create_repo(repo_id, private=private, exist_ok=True))
             tagged = _tag_target(api, repo_id, version)
             if tagged is not None:
@@ -229,7 +227,7 @@ def download_snapshot(remote: Remote, repo_id: str, revision: str, cache_dir: Pa
     Raises:
         NotFoundError: no such repository or revision. AuthError, RegistryError.
     """
-    with client(remote) as api, translated(remote.endpoint, repo_id=repo_id, revision=revision):
+    with client(remote) as api, translated(remote, repo_id=repo_id, revision=revision):
         return Path(api.snapshot_download(repo_id, revision=revision, cache_dir=str(cache_dir),
                                           allow_patterns=list(ALLOWED_FILES)))
 
@@ -249,7 +247,7 @@ def native(remote: Remote, method: str, path: str, *, json: Any = None,
                          hint="use our registry (--registry URL)")
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-    with client(remote), translated(remote.endpoint, repo_id=repo_id):
+    with client(remote), translated(remote, repo_id=repo_id):
         response = get_session().request(
             method, f"{remote.endpoint}/api/v1/{path}", json=json, params=params,
             headers=build_hf_headers(token=remote.token or False))
@@ -298,12 +296,14 @@ def upload_key(remote: Remote, pem: bytes, name: str = "") -> tuple[dict[str, An
 
 
 def upload_own_key(remote: Remote, name: str = "") -> tuple[dict[str, Any], bool]:
-    """`upload_key` with the public key `hub keygen` made.
+    """`upload_key` with the public key `hub keygen` made, labelled `name` (default: the
+    signer name given to `hub keygen --name`).
 
     Raises:
         SigningKeyError: there is no key pair yet. AuthError, RegistryError: as `upload_key`.
     """
     from hubcli.errors import SigningKeyError
+    from hubcli.settings import load_config
     from hubcli.signing.keys import public_key_path
 
     try:
@@ -311,7 +311,7 @@ def upload_own_key(remote: Remote, name: str = "") -> tuple[dict[str, Any], bool
     except FileNotFoundError:
         raise SigningKeyError(f"no public key at {public_key_path()}",
                               hint="create your key pair with `hub keygen`") from None
-    return upload_key(remote, pem, name)
+    return upload_key(remote, pem, name or load_config().get("signer_name") or "")
 
 
 def list_keys(remote: Remote) -> list[dict[str, Any]]:

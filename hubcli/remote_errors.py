@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from hubcli.errors import (AuthError, ConflictError, HubError, NotFoundError, RegistryError,
                            UsageError)
+
+if TYPE_CHECKING:
+    from hubcli.remote import Remote
 
 # The registry's error codes whose own hint names server-side steps; ours names the command.
 CODE_HINTS = {"InvalidSignature": "register your public key with `hub keys upload`, then push "
@@ -16,21 +20,27 @@ CODE_HINTS = {"InvalidSignature": "register your public key with `hub keys uploa
 
 
 @contextmanager
-def translated(endpoint: str, *, repo_id: str | None = None,
+def translated(remote: Remote, *, repo_id: str | None = None,
                revision: str | None = None) -> Iterator[None]:
-    """Run a huggingface_hub call; its exceptions leave as HubErrors (see `translate`)."""
+    """Run huggingface_hub calls to `remote`; their exceptions leave as HubErrors."""
     try:
         yield
     except HubError:
         raise
     except Exception as e:  # only those `translate` recognises are converted
-        mapped = translate(e, endpoint, repo_id=repo_id, revision=revision)
+        mapped = translate(e, remote, repo_id=repo_id, revision=revision)
         if mapped is None:
             raise
         raise mapped from e
 
 
-def translate(e: Exception, endpoint: str, *, repo_id: str | None = None,
+def login_hint(remote: Remote) -> str:
+    if remote.kind == "hf":
+        return "set HF_TOKEN, or log in with `hf auth login`"
+    return f"log in: hub login --registry {remote.endpoint}"
+
+
+def translate(e: Exception, remote: Remote, *, repo_id: str | None = None,
               revision: str | None = None) -> HubError | None:
     """The HubError for a huggingface_hub (or transport) exception, or None if it is none of
     those: NotFoundError (repository, revision, file), AuthError (401/403), ConflictError
@@ -38,35 +48,39 @@ def translate(e: Exception, endpoint: str, *, repo_id: str | None = None,
     import httpx2
     from huggingface_hub import errors as hf
 
-    where = dict(repo_id=repo_id, revision=revision)
+    endpoint, where = remote.endpoint, dict(repo_id=repo_id, revision=revision)
     if isinstance(e, hf.OfflineModeIsEnabled):
         return RegistryError(f"cannot reach {endpoint}: huggingface_hub is in offline mode",
                              hint="unset HF_HUB_OFFLINE to reach the Hugging Face Hub", **where)
     if isinstance(e, hf.HfHubHTTPError):
-        return _from_answer(e, endpoint, repo_id, revision)
+        return _from_answer(e, remote, repo_id, revision)
     if isinstance(e, hf.LocalEntryNotFoundError):
         # snapshot_download's way of saying: no connection, and nothing in the cache
         return RegistryError(f"cannot reach {endpoint} and {repo_id} is not in the local cache",
-                             hint=_reach_hint(endpoint), **where)
+                             hint=_reach_hint(remote), **where)
     if isinstance(e, hf.HFValidationError):
         return UsageError(f"{repo_id!r} is not a valid repository id ({_first_line(str(e))})",
                           hint="use NAMESPACE/NAME, e.g. alice/sst2-adapter")
     if isinstance(e, (httpx2.TransportError, ConnectionError)):
         return RegistryError(f"cannot reach {endpoint} ({type(e).__name__})",
-                             hint=_reach_hint(endpoint), **where)
+                             hint=_reach_hint(remote), **where)
     return None
 
 
-def _from_answer(e, endpoint: str, repo_id: str | None, revision: str | None) -> HubError:
+def _from_answer(e, remote: Remote, repo_id: str | None, revision: str | None) -> HubError:
     from huggingface_hub import errors as hf
 
+    endpoint = remote.endpoint
     status = e.response.status_code if e.response is not None else None
     message, hint, code = _server_explanation(e)
     where = dict(repo_id=repo_id, revision=revision, status=status)
-    if status == 401 and code != "RepoNotFound" and _sent_token(e):
+    if status == 401 and code != "RepoNotFound":
         # huggingface_hub reports any 401 on a repository URL as RepositoryNotFoundError
-        return AuthError(f"{endpoint} refused the token: {message}",
-                         hint=f"log in again: hub login --registry {endpoint}", **where)
+        if _sent_token(e):
+            return AuthError(f"{endpoint} refused the token: {message}",
+                             hint=login_hint(remote).replace("log in:", "log in again:"),
+                             **where)
+        return AuthError(f"{endpoint} refused: {message}", hint=login_hint(remote), **where)
     if isinstance(e, hf.RevisionNotFoundError):
         return NotFoundError(f"{repo_id} has no version {revision!r} on {endpoint}",
                              hint="see the versions with `hub search` or on the web page; "
@@ -111,6 +125,8 @@ def _first_line(text: str) -> str:
     return lines[0] if lines else "(no message)"
 
 
-def _reach_hint(endpoint: str) -> str:
-    return (f"is the registry at {endpoint} running? Start one with `hub-registry serve`, or "
-            "pass --registry URL")
+def _reach_hint(remote: Remote) -> str:
+    if remote.kind == "hf":
+        return "check your network connection and HF_ENDPOINT"
+    return (f"is the registry at {remote.endpoint} running? Start one with `hub-registry "
+            "serve`, or pass --registry URL")

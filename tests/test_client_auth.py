@@ -88,17 +88,17 @@ def test_whoami_without_login_says_how(live_registry):
     result = run("whoami", "--registry", live_registry.url)
     assert result.exit_code == 1
     assert f"error: not logged in to {live_registry.url}" in result.output
-    assert f"hint: hub login --registry {live_registry.url}" in result.output
+    assert f"hint: log in: hub login --registry {live_registry.url}" in result.output
 
 
 def test_keys_upload_registers_once(remote, signed_dir):
     from hubcli.signing.keys import key_id, public_key_path
 
     kid = key_id(public_key_path().read_bytes())
-    key, created = remote_api.upload_own_key(remote, "laptop")
-    assert (key["key_id"], key["name"], created) == (kid, "laptop", True)
     key, created = remote_api.upload_own_key(remote)
-    assert (key["key_id"], created) == (kid, False)
+    assert (key["key_id"], key["name"], created) == (kid, "alice", True)  # `hub keygen --name`
+    key, created = remote_api.upload_own_key(remote, "laptop")
+    assert (key["key_id"], key["name"], created) == (kid, "alice", False)
     assert [k["key_id"] for k in remote_api.list_keys(remote)] == [kid]
     result = run("keys", "list", "--registry", remote.endpoint, "--token", remote.token,
                  "--json")

@@ -33,6 +33,18 @@ def test_read_only_token_cannot_push(remote, tmp_path):
     assert e.value.status == 403
 
 
+def test_push_without_a_token_says_log_in(live_registry, tmp_path):
+    create_signing_key()
+    bundle = make_signed_bundle(tmp_path / "sst2-adapter", name="sst2-adapter")
+    anonymous = remote_api.Remote(live_registry.url, progress=False)
+    with pytest.raises(AuthError, match=f"^not logged in to {live_registry.url}$"):
+        remote_api.push_bundle(anonymous, bundle)
+    with pytest.raises(AuthError) as e:
+        remote_api.push_bundle(anonymous, bundle, repo_id="alice/sst2-adapter")
+    assert str(e.value) == f"{live_registry.url} refused: this needs a token"
+    assert e.value.hint == f"log in: hub login --registry {live_registry.url}"
+
+
 def test_private_adapter_is_not_found_for_others(private_adapter, live_registry):
     anonymous = remote_api.Remote(live_registry.url, progress=False)
     with pytest.raises(NotFoundError) as e:

@@ -94,7 +94,7 @@ def test_registry_409_maps_to_conflict_error(pusher, tmp_path):
                                                       name="sst2-adapter", seed=1))
     changed = make_signed_bundle(tmp_path / "2" / "sst2-adapter", name="sst2-adapter", seed=2)
     with pytest.raises(ConflictError) as e, remote_api.client(remote) as api, \
-            translated(remote.endpoint, repo_id=repo_id, revision="1.0.0"):
+            translated(remote, repo_id=repo_id, revision="1.0.0"):
         api.upload_folder(repo_id=repo_id, folder_path=changed, commit_message="1.0.0")
     assert str(e.value) == (f"{remote.endpoint}: version 1.0.0 of {repo_id} exists with other "
                             "content; versions are immutable")

@@ -92,7 +92,8 @@ def keys() -> None:
 @keys.command("upload")
 @REGISTRY
 @TOKEN
-@click.option("--name", default="", help="a label for the key on the registry")
+@click.option("--name", default="", help="a label for the key on the registry [default: "
+                                          "your `hub keygen --name`]")
 def keys_upload(registry: str | None, token: str | None, name: str) -> None:
     """Register the public key made by `hub keygen` with the registry."""
     from hubcli import remote as remote_api
