@@ -13,7 +13,9 @@ registry lives only as long as the quickstart (or until Ctrl-C with --keep-servi
 from __future__ import annotations
 
 import shutil
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -196,11 +198,14 @@ def _head(path: Path, rows: int, out: Path) -> Path:
 
 
 def serve_until_interrupted(result: QuickstartResult) -> None:
-    """Block until Ctrl-C, then stop the registry (see `QuickstartResult.close`)."""
+    """Block until Ctrl-C (or SIGTERM), then stop the registry (see `QuickstartResult.close`).
+    Call from the main thread."""
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        while True:
-            time.sleep(3600)
+        stop.wait()
     except KeyboardInterrupt:
         pass
     finally:
+        signal.signal(signal.SIGTERM, previous)
         result.close()
