@@ -51,9 +51,11 @@ def parse_ref(ref: str) -> tuple[str, str | None]:
     return m["repo"], m["version"]
 
 
-def pull(ref: str, remote: Remote, *,
+def pull(ref: str, remote: Remote, *, allow_unsigned: bool = False,
          notify: Callable[[str], None] = lambda _m: None) -> PullResult:
     """Download, verify and record `ref` from `remote`; it becomes the last pulled adapter.
+    With `allow_unsigned`, a bundle that is unsigned or signed by an unknown key is kept (the
+    Hugging Face Hub does not require signatures); files that changed after signing never are.
 
     Raises:
         UsageError: a malformed reference.
@@ -70,7 +72,8 @@ def pull(ref: str, remote: Remote, *,
         manifest = manifest_io.read(snapshot)
         _check_version(repo_id, wanted, manifest["version"])
         final = hub_home() / "adapters" / remote.cache_key / repo_id / manifest["version"]
-        verdict = _verify_into(snapshot, final, keys, label=f"{repo_id}@{manifest['version']}")
+        verdict = _verify_into(snapshot, final, keys, allow_unsigned,
+                               label=f"{repo_id}@{manifest['version']}")
     except HubError:
         purge_snapshot(snapshot)
         raise
@@ -94,7 +97,8 @@ def _check_version(repo_id: str, wanted: str | None, got: str) -> None:
                         hint="the registry or the repository is inconsistent; tell its owner")
 
 
-def _verify_into(snapshot: Path, final: Path, keys: list[bytes], *, label: str):
+def _verify_into(snapshot: Path, final: Path, keys: list[bytes], allow_unsigned: bool, *,
+                 label: str):
     """Copy the snapshot's files (following the cache's links) into a staged folder, verify
     it, then swap it in as `final`. Returns the attach verdict.
 
@@ -106,7 +110,8 @@ def _verify_into(snapshot: Path, final: Path, keys: list[bytes], *, label: str):
         for entry in snapshot.iterdir():
             shutil.copyfile(entry, stage / entry.name)  # follows the link to the blob
         try:
-            verdict = check_attach(stage, extra_public_keys=keys)
+            verdict = check_attach(stage, allow_unsigned=allow_unsigned,
+                                   extra_public_keys=keys)
         except HubError as e:
             e.args = (str(e).replace(str(stage), f"{label} (downloaded)"),)
             raise
@@ -125,9 +130,11 @@ def purge_snapshot(snapshot: Path) -> None:
 def _signer(verdict) -> str:
     from hubcli.signing.trust import signer_label
 
-    if verdict.key_id is None:
-        return "trained on this machine (not signed by a trusted key)"
-    return signer_label(verdict.signer_name, verdict.key_id)
+    if verdict.status == "trusted":
+        return signer_label(verdict.signer_name, verdict.key_id)
+    if verdict.status == "self-trained":
+        return "nobody you trust, but you trained it on this machine"
+    return "nobody you trust: NOT verified (--allow-unsigned)"
 
 
 def _key_id(pem: bytes) -> str:

@@ -156,7 +156,8 @@ def push_bundle(remote: Remote, directory: Path, *, repo_id: str | None = None,
     repo_id = repo_id or f"{whoami(remote)['name']}/{manifest['name']}"
     with client(remote) as api:
         with translated(remote, repo_id=repo_id, revision=version):
-            url = str(api.create_repo(repo_id, private=private, exist_ok=True))
+            # private=None: the Hub's default visibility (an organisation may set one)
+            url = str(api.create_repo(repo_id, private=private or None, exist_ok=True))
             tagged = _tag_target(api, repo_id, version)
             if tagged is not None:
                 _require_same_files(api, repo_id, version, directory, sizes)

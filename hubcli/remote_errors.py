@@ -46,10 +46,13 @@ def translate(e: Exception, remote: Remote, *, repo_id: str | None = None,
     those: NotFoundError (repository, revision, file), AuthError (401/403), ConflictError
     (409), RegistryError (any other answer, or the endpoint cannot be reached)."""
     import httpx2
+    from huggingface_hub import constants
     from huggingface_hub import errors as hf
 
     endpoint, where = remote.endpoint, dict(repo_id=repo_id, revision=revision)
-    if isinstance(e, hf.OfflineModeIsEnabled):
+    # snapshot_download reports offline mode as a cache miss (LocalEntryNotFoundError)
+    if isinstance(e, hf.OfflineModeIsEnabled) or (
+            isinstance(e, hf.LocalEntryNotFoundError) and constants.is_offline_mode()):
         return RegistryError(f"cannot reach {endpoint}: huggingface_hub is in offline mode",
                              hint="unset HF_HUB_OFFLINE to reach the Hugging Face Hub", **where)
     if isinstance(e, hf.HfHubHTTPError):

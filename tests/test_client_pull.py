@@ -13,7 +13,7 @@ from factories import make_signed_bundle
 from hubcli import pulled
 from hubcli import remote as remote_api
 from hubcli.cli.main import cli
-from hubcli.errors import NotFoundError, TamperedError, UntrustedSignerError
+from hubcli.errors import NotFoundError, RegistryError, TamperedError, UntrustedSignerError
 from hubcli.pull import describe_base, ensure_pulled, pull
 from hubcli.settings import hub_home, load_config
 from hubcli.signing.sign import create_signing_key
@@ -183,3 +183,20 @@ def test_describe_base():
         "pass --base FOLDER (a copy of it) when you use the adapter")
     assert describe_base({"base_model": {**base, "content_hash": packaged_base_hash()}}) \
         .startswith("base org/bert is on this machine (")
+
+
+def test_untrusted_from_the_hub_needs_allow_unsigned(remote, registry_user, published,
+                                                     tmp_path, monkeypatch):
+    import huggingface_hub.constants as constants
+
+    hub = remote_api.Remote(remote.endpoint, kind="hf", progress=False)  # the Hub: no keys API
+    monkeypatch.setenv("HUB_HOME", str(tmp_path / "other-machine"))
+    with pytest.raises(RegistryError, match="huggingface_hub is in offline mode"):
+        pull(repo(registry_user), hub)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    with pytest.raises(UntrustedSignerError) as e:
+        pull(repo(registry_user), hub)
+    assert e.value.hint.endswith("or pass --allow-unsigned to use it anyway")
+    result = pull(repo(registry_user), hub, allow_unsigned=True)
+    assert result.signer == "nobody you trust: NOT verified (--allow-unsigned)"
+    assert (result.record.key_id, result.record.public_key) == (None, None)

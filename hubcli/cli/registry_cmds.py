@@ -154,16 +154,20 @@ def push(directory: Path, target: str, repo: str | None, private: bool, registry
 @click.argument("ref", metavar="NAMESPACE/NAME[@VERSION]")
 @click.option("--from", "source", type=click.Choice(["registry", "hf"]), default="registry",
               show_default=True, help="our registry, or the Hugging Face Hub")
+@click.option("--allow-unsigned", is_flag=True,
+              help="keep an unsigned or untrusted adapter (with a warning; using it needs "
+                   "--allow-unsigned again)")
 @REGISTRY
 @TOKEN
 @QUIET
 @JSON
-def pull(ref: str, source: str, registry: str | None, token: str | None, quiet: bool,
-         as_json: bool) -> None:
+def pull(ref: str, source: str, allow_unsigned: bool, registry: str | None, token: str | None,
+         quiet: bool, as_json: bool) -> None:
     """Download an adapter, verify it, and make it the one `hub predict` uses by default."""
     from hubcli.pull import pull as pull_adapter
 
-    result = pull_adapter(ref, _remote(source, registry, token, quiet), notify=_say(quiet))
+    result = pull_adapter(ref, _remote(source, registry, token, quiet),
+                          allow_unsigned=allow_unsigned, notify=_say(quiet))
     r = result.record
     for warning in result.warnings:
         notice(warning)
