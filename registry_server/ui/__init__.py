@@ -17,12 +17,13 @@ from flask import Flask
 def init_app(app: Flask) -> None:
     # Importing the view modules attaches their routes to the blueprint; models adds the
     # ui_credentials table to the shared metadata.
-    from registry_server.ui import (cli, models, present, views_account,  # noqa: F401
-                                    views_adapter, views_browse)
+    from registry_server.ui import (cli, models, present, queries,  # noqa: F401
+                                    views_account, views_adapter, views_browse)
     from registry_server.ui.blueprint import bp, url_with
     from registry_server.ui.signin import UiSessionInterface
 
     app.session_interface = UiSessionInterface()
+    app.extensions[views_browse.SUMMARY] = queries.SummaryCache()
     app.config["SESSION_COOKIE_HTTPONLY"] = True
     app.config["SESSION_COOKIE_SAMESITE"] = "Lax"
     present.init_app(app)

@@ -2,20 +2,22 @@
 filter (signed by a still-registered key), home page counts, facets, and signature status.
 
 Visibility is the service layer's rule (`search.visible`); full-text matching is
-`textsearch.matches`, on the index migration 0002 built.
+`textsearch.matches`. Queries are plain WHERE clauses over `adapters` (no subquery of whole
+rows), so the listing indexes of migration 0002 answer counts and pages on their own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
 from dataclasses import dataclass
 
-from sqlalchemy import Select, exists, func, select
+from sqlalchemy import ColumnElement, Select, and_, func, select
 from sqlalchemy.orm import Session, lazyload, load_only, selectinload
 
 from registry_server.models import Adapter, AdapterTag, Namespace, PublicKey, User, Version
 from registry_server.services.search import Page, SearchQuery, visible
 from registry_server.ui import textsearch
+from registry_server.ui.sqlplan import unindexed
 
 UI_SORTS = ("downloads", "recent")
 
@@ -29,10 +31,14 @@ class UiQuery(SearchQuery):
 
 
 @dataclass(frozen=True)
-class Counts:
+class Summary:
+    """The registry at a glance, over public adapters: sizes, popular tags, base models."""
+
     adapters: int
-    versions: int
-    bases: int
+    versions: int  # not deleted (yanked ones count)
+    bases: int  # distinct base model content hashes
+    tags: list[tuple[str, int]]  # (tag, adapters), most used first
+    base_models: list[str]  # names, most used first
 
 
 @dataclass(frozen=True)
@@ -43,35 +49,41 @@ class Signature:
     verified: bool  # the key is registered to the account that pushed the version
 
 
-def _listed(session: Session, viewer: User | None) -> Select:
-    """Adapters `viewer` may see that have a `main` version."""
-    return select(Adapter).where(Adapter.latest_version_id.is_not(None), visible(session, viewer))
+def _listed(session: Session, viewer: User | None) -> list[ColumnElement[bool]]:
+    """Conditions for the adapters `viewer` may see that have a `main` version."""
+    return [Adapter.latest_version_id.is_not(None), visible(session, viewer)]
 
 
 def _signed_by_registered_key() -> Select:
-    return select(Version.id).where(exists().where(PublicKey.user_id == Version.pushed_by_id,
+    """Ids of versions signed by a key registered to the account that pushed them."""
+    return select(Version.id).join(PublicKey, and_(PublicKey.user_id == Version.pushed_by_id,
                                                    PublicKey.key_id == Version.signer_key_id))
+
+
+def _conditions(session: Session, viewer: User | None,
+                query: UiQuery) -> list[ColumnElement[bool]]:
+    conditions = _listed(session, viewer)
+    for column, value in ((Adapter.task, query.task), (Adapter.head_type, query.head_type),
+                          (Adapter.base_model_name, query.base_model),
+                          (Adapter.base_model_hash, query.base_hash)):
+        if value:
+            conditions.append(unindexed(session, column) == value)
+    if query.namespace:
+        conditions.append(Adapter.namespace.has(Namespace.name == query.namespace))
+    conditions += [Adapter.tags.any(AdapterTag.tag == tag) for tag in query.tags]
+    text_match = textsearch.matches(session, query.text)
+    if text_match is not None:
+        conditions.append(text_match)
+    if query.signed_only:
+        conditions.append(Adapter.latest_version_id.in_(_signed_by_registered_key()))
+    return conditions
 
 
 def search(session: Session, viewer: User | None, query: UiQuery) -> Page[Adapter]:
     """Adapters matching every filter of `query`, one page, sorted by downloads or recency;
     each with its tags and latest version loaded (not the version's files)."""
-    stmt = _listed(session, viewer)
-    for column, value in ((Adapter.task, query.task), (Adapter.head_type, query.head_type),
-                          (Adapter.base_model_name, query.base_model),
-                          (Adapter.base_model_hash, query.base_hash)):
-        if value:
-            stmt = stmt.where(column == value)
-    if query.namespace:
-        stmt = stmt.where(Adapter.namespace.has(Namespace.name == query.namespace))
-    for tag in query.tags:
-        stmt = stmt.where(Adapter.tags.any(AdapterTag.tag == tag))
-    text_match = textsearch.matches(session, query.text)
-    if text_match is not None:
-        stmt = stmt.where(text_match)
-    if query.signed_only:
-        stmt = stmt.where(Adapter.latest_version_id.in_(_signed_by_registered_key()))
-    total = session.scalar(select(func.count()).select_from(stmt.subquery())) or 0
+    conditions = _conditions(session, viewer, query)
+    total = session.scalar(select(func.count(Adapter.id)).where(*conditions)) or 0
     order = ((Adapter.updated_at.desc(), Adapter.id.desc()) if query.sort == "recent"
              else (Adapter.downloads.desc(), Adapter.id.desc()))
     latest = selectinload(Adapter.latest).options(
@@ -79,46 +91,46 @@ def search(session: Session, viewer: User | None, query: UiQuery) -> Page[Adapte
         load_only(Version.version, Version.created_at, Version.signer_key_id,
                   Version.pushed_by_id))
     items = session.scalars(
-        stmt.order_by(*order).limit(query.per_page).offset((query.page - 1) * query.per_page)
+        select(Adapter).where(*conditions).order_by(*order)
+        .limit(query.per_page).offset((query.page - 1) * query.per_page)
         .options(selectinload(Adapter.tags), latest)).unique().all()
     return Page(list(items), total, query.page, query.per_page)
 
 
-def verified_versions(session: Session, versions: Iterable[Version]) -> set[int]:
-    """Ids of those `versions` signed by a key registered to the account that pushed them."""
-    ids = [v.id for v in versions]
-    if not ids:
-        return set()
-    return set(session.scalars(_signed_by_registered_key().where(Version.id.in_(ids))))
+def summary(session: Session, *, tags: int = 12, bases: int = 50) -> Summary:
+    """Sizes, the most used tags and the most used base model names of public adapters."""
+    listed = _listed(session, None)
+    listed_ids = select(Adapter.id).where(*listed)
+    adapters = session.scalar(select(func.count(Adapter.id)).where(*listed)) or 0
+    versions = session.scalar(select(func.count(Version.id)).where(
+        Version.adapter_id.in_(listed_ids), Version.deleted_at.is_(None))) or 0
+    base_count = session.scalar(select(func.count(func.distinct(Adapter.base_model_hash)))
+                                .where(*listed)) or 0
+    tag_rows = session.execute(
+        select(AdapterTag.tag, func.count().label("n")).where(AdapterTag.adapter_id.in_(listed_ids))
+        .group_by(AdapterTag.tag).order_by(func.count().desc(), AdapterTag.tag).limit(tags))
+    name = unindexed(session, Adapter.base_model_name)
+    base_names = session.scalars(select(Adapter.base_model_name).where(*listed).group_by(name)
+                                 .order_by(func.count().desc(), name).limit(bases))
+    return Summary(adapters, versions, base_count, [(t, n) for t, n in tag_rows],
+                   list(base_names))
 
 
-def counts(session: Session, viewer: User | None) -> Counts:
-    """Adapters, live versions and distinct base models the viewer can see."""
-    listed = _listed(session, viewer).subquery()
-    adapters = session.scalar(select(func.count()).select_from(listed)) or 0
-    versions = session.scalar(select(func.count(Version.id))
-                              .where(Version.adapter_id.in_(select(listed.c.id)),
-                                     Version.deleted_at.is_(None))) or 0
-    bases = session.scalar(select(func.count(func.distinct(listed.c.base_model_hash)))) or 0
-    return Counts(adapters, versions, bases)
+class SummaryCache:
+    """`summary`, recomputed at most once per `ttl` seconds: it reads every listed adapter,
+    and a minute-old count or tag list is as good on a home page or as a search hint."""
 
+    def __init__(self, ttl: float = 60.0) -> None:
+        self.ttl = ttl
+        self._value: Summary | None = None
+        self._expires = 0.0
 
-def popular_tags(session: Session, viewer: User | None, limit: int = 12) -> list[tuple[str, int]]:
-    """The most used tags among visible adapters: (tag, adapters), most used first."""
-    listed = _listed(session, viewer).with_only_columns(Adapter.id)
-    rows = session.execute(select(AdapterTag.tag, func.count().label("n"))
-                           .where(AdapterTag.adapter_id.in_(listed))
-                           .group_by(AdapterTag.tag).order_by(func.count().desc(), AdapterTag.tag)
-                           .limit(limit))
-    return [(tag, n) for tag, n in rows]
-
-
-def base_models(session: Session, viewer: User | None, limit: int = 50) -> list[str]:
-    """Base model names of visible adapters, the most used first (for the filter's list)."""
-    listed = _listed(session, viewer).subquery()
-    return list(session.scalars(select(listed.c.base_model_name).group_by(listed.c.base_model_name)
-                                .order_by(func.count().desc(), listed.c.base_model_name)
-                                .limit(limit)))
+    def get(self, session: Session) -> Summary:
+        now = time.monotonic()
+        if self._value is None or now >= self._expires:
+            # Two requests may both recompute at expiry; both get a correct answer.
+            self._value, self._expires = summary(session), now + self.ttl
+        return self._value
 
 
 def signature(session: Session, version: Version) -> Signature:

@@ -13,6 +13,7 @@ from sqlalchemy import ColumnElement, func, literal_column, select, table, text
 from sqlalchemy.orm import Session
 
 from registry_server.models import Adapter
+from registry_server.ui.sqlplan import unindexed
 
 WORD = re.compile(r"\w+")
 MAX_WORDS = 10
@@ -40,8 +41,11 @@ def matches(session: Session, query: str) -> ColumnElement[bool] | None:
     dialect = session.get_bind().dialect.name
     if dialect == "sqlite":
         fts_query = " ".join(f'"{w}"*' for w in found)
-        return Adapter.id.in_(select(_FTS.c.rowid).where(text("adapters_fts MATCH :fts_query")
-                                                         .bindparams(fts_query=fts_query)))
+        matching = select(_FTS.c.rowid).where(text("adapters_fts MATCH :fts_query")
+                                              .bindparams(fts_query=fts_query))
+        # Checked against the match set while scanning a listing index (see sqlplan), rather
+        # than by fetching each matching adapter row by id.
+        return unindexed(session, Adapter.id).in_(matching)
     if dialect == "postgresql":
         ts_query = " & ".join(f"'{w}':*" for w in found)
         return (func.to_tsvector(_SIMPLE, Adapter.search_text)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from flask import render_template, request
+from flask import current_app, render_template, request
 from werkzeug.datastructures import MultiDict
 
 from registry_server.db import db
@@ -15,6 +15,7 @@ from registry_server.ui.blueprint import bp
 from registry_server.ui.schema_enums import HEAD_TYPES, TASKS
 from registry_server.ui.signin import viewer
 
+SUMMARY = "ui_summary"  # app.extensions key of the app's queries.SummaryCache
 PER_PAGE = 20
 HOME_LIST = 6
 MAX_PAGE = 10_000
@@ -46,14 +47,17 @@ def parse_query(args: MultiDict) -> queries.UiQuery:
         per_page=PER_PAGE)
 
 
+def _summary() -> queries.Summary:
+    return current_app.extensions[SUMMARY].get(db.session)
+
+
 @bp.get("/")
 def home():
     session, user = db.session, viewer()
     return render_template(
-        "ui/home.html", counts=queries.counts(session, user),
+        "ui/home.html", summary=_summary(),
         recent=queries.search(session, user, queries.UiQuery(sort="recent", per_page=HOME_LIST)),
-        popular=queries.search(session, user, queries.UiQuery(per_page=HOME_LIST)),
-        tags=queries.popular_tags(session, user))
+        popular=queries.search(session, user, queries.UiQuery(per_page=HOME_LIST)))
 
 
 @bp.get("/search")
@@ -62,8 +66,7 @@ def search():
     query = parse_query(request.args)
     return render_template(
         "ui/search.html", query=query, results=queries.search(session, user, query),
-        tasks=TASKS, head_types=HEAD_TYPES, base_models=queries.base_models(session, user),
-        popular_tags=queries.popular_tags(session, user), sorts=queries.UI_SORTS)
+        tasks=TASKS, head_types=HEAD_TYPES, summary=_summary(), sorts=queries.UI_SORTS)
 
 
 @bp.get("/<namespace>")

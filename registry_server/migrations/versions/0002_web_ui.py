@@ -10,6 +10,10 @@ Full-text search over `adapters.search_text`:
 - SQLite: an FTS5 table with `adapters` as its external content, kept in step by triggers, so
   every writer (the service layer, the CLI, bulk inserts) updates it in the same transaction.
 - PostgreSQL: a GIN index on `to_tsvector('simple', search_text)`; no extra column to sync.
+
+Listing indexes: an adapter row is wide (its search text holds the model card), so on SQLite
+a count or a sorted page that reads the table touches one page per adapter. These indexes hold
+every column the UI filters and sorts on, so counts and pages are read from them alone.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ SQLITE_FTS = [
     "INSERT INTO adapters_fts(rowid, search_text) VALUES (new.id, new.search_text); END",
     "INSERT INTO adapters_fts(adapters_fts) VALUES ('rebuild')",
 ]
+# The columns of visibility and of the search filters, after the sort key.
+LISTING = ['id', 'private', 'latest_version_id', 'namespace_id', 'task', 'head_type',
+           'base_model_name', 'base_model_hash']
 PG_FTS = ("CREATE INDEX ix_adapters_search_fts ON adapters "
           "USING gin (to_tsvector('simple', search_text))")
 
@@ -48,6 +55,11 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['user_id'], ['users.id'], name=op.f('fk_ui_credentials_user_id_users')),
     sa.PrimaryKeyConstraint('user_id', name=op.f('pk_ui_credentials'))
     )
+    op.create_index('ix_adapters_ui_downloads', 'adapters', ['downloads', *LISTING])
+    op.create_index('ix_adapters_ui_updated', 'adapters', ['updated_at', *LISTING])
+    # "Signed by a registered key" joins versions to public_keys on these two columns.
+    op.create_index('ix_versions_ui_signer', 'versions', ['pushed_by_id', 'signer_key_id'])
+    op.create_index('ix_versions_ui_live', 'versions', ['adapter_id', 'deleted_at'])
     dialect = op.get_bind().dialect.name
     if dialect == 'sqlite':
         for statement in SQLITE_FTS:
@@ -64,4 +76,8 @@ def downgrade() -> None:
         op.execute("DROP TABLE adapters_fts")
     elif dialect == 'postgresql':
         op.execute("DROP INDEX ix_adapters_search_fts")
+    for table, index in (('versions', 'ix_versions_ui_live'), ('versions', 'ix_versions_ui_signer'),
+                         ('adapters', 'ix_adapters_ui_updated'),
+                         ('adapters', 'ix_adapters_ui_downloads')):
+        op.drop_index(index, table_name=table)
     op.drop_table('ui_credentials')
