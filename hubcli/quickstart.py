@@ -12,6 +12,7 @@ registry lives only as long as the quickstart (or until Ctrl-C with --keep-servi
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import tempfile
@@ -126,7 +127,7 @@ def _loop(s: QuickstartSettings, workdir: Path, registry: LocalRegistry, step: _
     from hubcli.bundle import make_bundle
     from hubcli.pull import pull
     from hubcli.signing import keys
-    from hubcli.signing.sign import create_signing_key, sign_bundle
+    from hubcli.signing.sign import PASSPHRASE_ENV, create_signing_key, sign_bundle
 
     with step("train") as detail:
         out, summary = _train(s, workdir)
@@ -140,7 +141,7 @@ def _loop(s: QuickstartSettings, workdir: Path, registry: LocalRegistry, step: _
         else:
             detail.append(f"created {create_signing_key().key_id}")
     with step("sign") as detail:
-        detail.append(f"signed with {sign_bundle(out)}")
+        detail.append(f"signed with {sign_bundle(out, None, os.environ.get(PASSPHRASE_ENV))}")
     with step("registry") as detail:
         url = registry.start()
         token = registry.create_user(USER)
@@ -162,7 +163,7 @@ def _loop(s: QuickstartSettings, workdir: Path, registry: LocalRegistry, step: _
         from hubcli.inference import load_predictor
 
         predictor = load_predictor(Path(result.record.path))
-        detail.append(f"{result.base}")
+        detail.append(result.base)
     with step("predict") as detail:
         preds = predictor.predict([predictor.task.parse_input(t) for t in s.sentences])
         detail.append(f"{len(preds)} sentences")
