@@ -6,6 +6,8 @@ from __future__ import annotations
 import click
 from flask.cli import with_appcontext
 
+from hubcli.cli.main import report
+from hubcli.errors import HubError
 from registry_server.db import db
 from registry_server.services import accounts
 from registry_server.ui import passwords
@@ -17,6 +19,11 @@ from registry_server.ui import passwords
 @with_appcontext
 def set_password(name: str, password: str) -> None:
     """Set the web sign-in password of user NAME."""
-    with db.session_scope() as session:
-        passwords.set_password(session, accounts.get_user(session, name), password)
+    try:
+        with db.session_scope() as session:
+            passwords.set_password(session, accounts.get_user(session, name), password)
+    except HubError as e:
+        # Flask's command group, unlike `hub`'s and `hub-registry`'s, does not report these.
+        report(e)
+        raise SystemExit(1) from None
     click.echo(f"password set for {name}")

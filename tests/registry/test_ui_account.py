@@ -11,7 +11,7 @@ import pytest
 
 from conftest import new_signing_key
 from registry_server.db import db
-from registry_server.services import accounts
+from registry_server.services import accounts, repos
 from registry_server.ui import passwords
 from ui_seed import DATABASES, PASSWORD, csrf_token, make_app, publish, sign_in, signed_bundle
 
@@ -214,11 +214,21 @@ def test_changing_the_password_signs_out_other_browsers(site):
     assert elsewhere.get("/settings").status_code == 302
 
 
+def test_adapter_without_versions_has_an_empty_state(site):
+    with db.session_scope(site.app) as session:
+        repos.create_adapter(session, accounts.get_user(session, "alice"), "alice", "draft")
+    r = site.app.test_client().get("/alice/draft")
+    assert r.status_code == 200 and "No version yet" in text(r)
+    assert "draft" not in text(site.app.test_client().get("/alice"))  # listings skip it
+
+
 def test_set_password_command(site):
     result = site.app.test_cli_runner().invoke(args=["set-password", "carol"],
                                                input="carols password\ncarols password\n")
     assert result.exit_code == 0 and "password set for carol" in result.output
     assert sign_in(site.app.test_client(), "carol", "carols password").status_code == 302
+    result = site.app.test_cli_runner().invoke(args=["set-password", "nobody"], input="x\nx\n")
+    assert result.exit_code == 1 and "error: no user named 'nobody'" in result.output
 
 
 @pytest.mark.parametrize("site", DATABASES, indirect=True)

@@ -124,6 +124,9 @@ def test_sign_in_create_and_revoke_a_token_add_a_key(page, tmp_path):
     page.get_by_role("button", name="Create token").click()
     secret = page.locator(".new-token code").inner_text()
     assert secret.startswith("hubr_") and "shown only this once" in page.content()
+    page.set_viewport_size(PHONE)
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    page.set_viewport_size(DESKTOP)
     page.goto("/settings")
     assert secret not in page.content()
     row = page.locator("tr", has_text="browser")
