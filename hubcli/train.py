@@ -11,7 +11,7 @@ import hashlib
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,7 +36,7 @@ class TrainSettings:
     layers: tuple[int, ...] | None = None
     init_scale: float = 1e-3
     lr: float | None = None
-    epochs: int = 3
+    epochs: int | None = None  # None: auto_epochs()
     batch_size: int = 32
     max_length: int = 128
     seed: int = 0
@@ -71,6 +71,17 @@ def data_digest(path: Path, examples: int, fmt: str | None) -> dict[str, Any]:
     return out
 
 
+MIN_STEPS, MIN_EPOCHS, MAX_EPOCHS = 500, 3, 20
+
+
+def auto_epochs(n_features: int, batch_size: int) -> int:
+    """3 epochs (the paper's smallest setting) on large data; on small data, enough epochs for
+    about 500 optimiser steps, at most 20: adapters start near the identity and a few dozen
+    steps leave them there (150 NER sentences: F1 0.03 after 3 epochs, 0.91 after 20)."""
+    steps_per_epoch = math.ceil(n_features / batch_size)
+    return max(MIN_EPOCHS, min(MAX_EPOCHS, math.ceil(MIN_STEPS / steps_per_epoch)))
+
+
 def linear_warmup_decay(total_steps: int, warmup_ratio: float) -> Callable[[int], float]:
     warm = max(1, int(warmup_ratio * total_steps))
 
@@ -94,7 +105,7 @@ def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
 
     from hubcli.core.base import load_base
 
-    if s.epochs < 1 or s.batch_size < 1 or s.max_length < 8:
+    if (s.epochs is not None and s.epochs < 1) or s.batch_size < 1 or s.max_length < 8:
         raise UsageError("--epochs and --batch-size must be >= 1 and --max-length >= 8")
     task = get_task(s.task)
     train_ex = task.read(Path(s.train), fmt=s.fmt, columns=s.columns)
@@ -104,8 +115,10 @@ def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
     labels = task.label_names(train_ex)
     torch.manual_seed(s.seed)
     base = load_base(s.base, revision=s.base_revision)
-    run = _Run(s, task, labels, base, log)
     train_feats = task.encode(train_ex, base.tokenizer, labels, s.max_length)
+    if s.epochs is None:
+        s = replace(s, epochs=auto_epochs(len(train_feats), s.batch_size))
+    run = _Run(s, task, labels, base, log)
     val_feats = task.encode(val_ex, base.tokenizer, labels, s.max_length) if val_ex else []
     history, best_epoch, speed = run.fit(train_feats, val_feats, val_ex)
     digests = {"train_data": data_digest(s.train, len(train_ex), s.fmt)}

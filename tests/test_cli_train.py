@@ -160,3 +160,12 @@ def test_bad_layer_list_is_a_usage_error(tiny_base_dir, tmp_path):
     result = run("train", "--base", tiny_base_dir, "--train", train, "--out", tmp_path / "o",
                  "--layers", "one,two")
     assert result.exit_code == 1 and "'one,two' is not a layer list" in result.stderr
+
+
+def test_auto_epochs_gives_small_data_enough_steps():
+    from hubcli.train import auto_epochs
+
+    assert auto_epochs(67_349, 32) == 3  # SST-2: the paper's 3 epochs
+    assert auto_epochs(14_041, 32) == 3  # CoNLL-2003
+    assert auto_epochs(4_000, 32) == 4  # 125 steps an epoch: 4 epochs reach 500
+    assert auto_epochs(150, 32) == 20  # capped

@@ -71,7 +71,8 @@ def attach_options(f):
               show_default=True)
 @click.option("--init-scale", type=float, default=1e-3, show_default=True)
 @click.option("--lr", type=float, help="learning rate [default: 1e-3, full fine-tune 5e-5]")
-@click.option("--epochs", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--epochs", type=click.IntRange(min=1),
+              help="[default: 3, more on small data: enough for ~500 steps, at most 20]")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
 @click.option("--max-length", type=click.IntRange(min=8), default=128, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
