@@ -34,8 +34,11 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
 
     from registry_server import api, errors, hfapi, lfs, storage
     from registry_server.db import db
+    from registry_server.services import downloads
 
     db.init_app(app)
+    app.extensions[downloads.EXTENSION] = downloads.DownloadCounter(
+        db.factory(app), app.config["DOWNLOAD_FLUSH_SECONDS"])
     storage.init_app(app)
     errors.init_app(app)
     app.register_blueprint(api.bp)

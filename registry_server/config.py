@@ -41,6 +41,8 @@ DEFAULTS: dict[str, Any] = {
     "PUBLIC_URL": "",
     # HMAC key for signed LFS upload URLs; empty means a random key kept in the instance folder.
     "SECRET_KEY": "",
+    # Download counts are kept in memory and written every this many seconds (0: at once).
+    "DOWNLOAD_FLUSH_SECONDS": 2,
     # Page size limits of list endpoints.
     "PAGE_SIZE": 20,
     "MAX_PAGE_SIZE": 100,

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from hubcli.fsutil import CHUNK
 from registry_server.errors import BadRequest, PayloadTooLarge
 from registry_server.services.commits import CommitRequest, LfsRef, StagedFile
 
@@ -37,12 +38,22 @@ def check_path(path: Any, where: str = "") -> str:
 
 
 def _lines(stream: IO[bytes], max_line: int) -> Iterator[bytes]:
-    while line := stream.readline(max_line + 1):
-        if len(line) > max_line and not line.endswith(b"\n"):
+    """The payload's lines (without newline). Reads in large chunks: a WSGI stream's own
+    readline() can go byte by byte."""
+    buffer = bytearray()
+    while chunk := stream.read(CHUNK):
+        buffer += chunk
+        start = 0
+        while (end := buffer.find(b"\n", start)) >= 0:
+            yield bytes(buffer[start:end])
+            start = end + 1
+        del buffer[:start]
+        if len(buffer) > max_line:
             raise PayloadTooLarge(f"a commit line is longer than {max_line} bytes",
                                   hint="upload large files through LFS, or raise "
                                        "HUB_REGISTRY_MAX_FILE_SIZE")
-        yield line
+    if buffer:
+        yield bytes(buffer)
 
 
 def parse(stream: IO[bytes], *, workdir: Path, max_file_size: int) -> CommitRequest:

@@ -18,7 +18,7 @@ from registry_server.errors import (BadRequest, Conflict, EntryNotFound, Payload
                                     RepoNotFound, error_response, header_safe)
 from registry_server.httputil import field, iso, json_body, public_url
 from registry_server.models import Adapter, Version, VersionFile
-from registry_server.services import accounts, commits, repos, versions
+from registry_server.services import accounts, commits, downloads, repos
 from registry_server.storage import get_storage
 
 bp = Blueprint("hfapi", __name__)
@@ -233,22 +233,20 @@ def refs(repo_type: str, namespace: str, name: str) -> Response:
 
 @bp.route("/<namespace>/<name>/resolve/<revision>/<path:filename>", methods=["GET", "HEAD"])
 def resolve(namespace: str, name: str, revision: str, filename: str) -> Response:
-    adapter = repos.get_adapter(db.session, namespace, name, current_user())
-    resolved = repos.resolve_revision(db.session, adapter, revision)
-    version = resolved.version
-    f = repos.get_file(version, filename)
-    response = get_storage().response(f.blob_sha256, f.blob.size)
-    response.headers["X-Repo-Commit"] = version.commit_sha
-    response.headers["X-Linked-Size"] = str(f.blob.size)
-    response.headers["Cache-Control"] = ("public, max-age=31536000, immutable" if resolved.pinned
-                                         and not adapter.private else "no-cache")
-    _warn_if_yanked(response, version)
+    f = repos.locate_file(db.session, namespace, name, revision, filename, current_user())
+    response = get_storage().response(f.sha256, f.size)
+    response.headers["X-Repo-Commit"] = f.commit_sha
+    response.headers["X-Linked-Size"] = str(f.size)
+    response.headers["Cache-Control"] = ("public, max-age=31536000, immutable"
+                                         if f.pinned and not f.private else "no-cache")
+    if f.warning:
+        response.headers[WARNING_HEADER] = header_safe(f.warning)
     if _is_download(f, response):
-        versions.count_download(db.session, version)
+        current_app.extensions[downloads.EXTENSION].add(f.version_id, f.adapter_id)
     return response
 
 
-def _is_download(f: VersionFile, response: Response) -> bool:
+def _is_download(f: repos.FileRef, response: Response) -> bool:
     """One download = one fetch of the weights from their first byte (not HEAD, not a resume)."""
     if request.method != "GET" or f.path != WEIGHTS:
         return False

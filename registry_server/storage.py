@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from urllib.parse import urlparse
@@ -21,6 +22,7 @@ from werkzeug.exceptions import RequestedRangeNotSatisfiable
 
 EXTENSION = "registry_storage"
 CHUNK = 1 << 20
+OCTET_STREAM = "application/octet-stream"
 
 
 class BlobStorage(ABC):
@@ -39,10 +41,23 @@ class BlobStorage(ABC):
             FileNotFoundError: no such blob.
         """
 
-    @abstractmethod
     def response(self, sha256: str, size: int) -> Response:
         """A response serving the blob to the current request: HEAD, GET, a single byte range
-        (206), If-None-Match (304), with `ETag` set to the SHA-256."""
+        (206), If-None-Match (304), with `ETag` set to the SHA-256.
+
+        HEAD and 304 answers come from the size alone: no file is opened, no S3 call made.
+
+        Raises:
+            RequestedRangeNotSatisfiable: a range outside the blob (416).
+        """
+        plan = _Plan.for_request(sha256, size)
+        if plan.status == 304 or request.method == "HEAD" or plan.start == plan.stop:
+            return Response(status=plan.status, headers=plan.headers, mimetype=OCTET_STREAM)
+        return self._body(sha256, plan)
+
+    @abstractmethod
+    def _body(self, sha256: str, plan: _Plan) -> Response:
+        """The GET response for bytes [plan.start, plan.stop) of the blob."""
 
     @abstractmethod
     def delete(self, sha256: str) -> None: ...
@@ -50,6 +65,30 @@ class BlobStorage(ABC):
     @abstractmethod
     def digests(self) -> Iterator[tuple[str, float]]:
         """Every stored blob: (SHA-256, time it was stored as a POSIX timestamp)."""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What to answer: status, headers, and the byte span of the blob to send."""
+
+    status: int
+    start: int
+    stop: int
+    headers: dict[str, str]
+
+    @classmethod
+    def for_request(cls, sha256: str, size: int) -> _Plan:
+        headers = {"ETag": f'"{sha256}"', "Accept-Ranges": "bytes"}
+        if request.if_none_match.contains(sha256):
+            return cls(304, 0, 0, headers)
+        if request.range is None:
+            return cls(200, 0, size, {**headers, "Content-Length": str(size)})
+        span = request.range.range_for_length(size)
+        if span is None:
+            raise RequestedRangeNotSatisfiable(length=size)
+        start, stop = span
+        return cls(206, start, stop, {**headers, "Content-Length": str(stop - start),
+                                      "Content-Range": f"bytes {start}-{stop - 1}/{size}"})
 
 
 def _fanout(sha256: str) -> str:
@@ -87,11 +126,11 @@ class DiskStorage(BlobStorage):
     def copy_to(self, sha256: str, dest: Path) -> None:
         shutil.copyfile(self.path(sha256), dest)
 
-    def response(self, sha256: str, size: int) -> Response:
-        # send_file hands the file to the server's sendfile where it can, and answers ranges and
-        # conditional requests itself.
-        return send_file(self.path(sha256), mimetype="application/octet-stream",
-                         conditional=True, etag=sha256, max_age=0)
+    def _body(self, sha256: str, plan: _Plan) -> Response:
+        # send_file hands the file to the server's sendfile() where it can, and serves the
+        # range itself.
+        return send_file(self.path(sha256), mimetype=OCTET_STREAM, conditional=True,
+                         etag=sha256, max_age=0)
 
     def delete(self, sha256: str) -> None:
         self.path(sha256).unlink(missing_ok=True)
@@ -143,25 +182,11 @@ class S3Storage(BlobStorage):
                 raise FileNotFoundError(f"no blob {sha256}") from None
             raise
 
-    def response(self, sha256: str, size: int) -> Response:
-        headers = {"ETag": f'"{sha256}"', "Accept-Ranges": "bytes"}
-        if request.if_none_match.contains(sha256):
-            return Response(status=304, headers=headers)
-        start, stop, status = 0, size, 200
-        if request.range is not None:
-            span = request.range.range_for_length(size)
-            if span is None:
-                raise RequestedRangeNotSatisfiable(length=size)
-            start, stop = span
-            status = 206
-            headers["Content-Range"] = f"bytes {start}-{stop - 1}/{size}"
-        headers["Content-Length"] = str(stop - start)
-        if request.method == "HEAD" or stop == start:
-            return Response(status=status, headers=headers, mimetype="application/octet-stream")
+    def _body(self, sha256: str, plan: _Plan) -> Response:
         obj = self.client.get_object(Bucket=self.bucket, Key=self.key(sha256),
-                                     Range=f"bytes={start}-{stop - 1}")
-        return Response(obj["Body"].iter_chunks(CHUNK), status=status, headers=headers,
-                        mimetype="application/octet-stream", direct_passthrough=True)
+                                     Range=f"bytes={plan.start}-{plan.stop - 1}")
+        return Response(obj["Body"].iter_chunks(CHUNK), status=plan.status, headers=plan.headers,
+                        mimetype=OCTET_STREAM, direct_passthrough=True)
 
     def delete(self, sha256: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=self.key(sha256))

@@ -10,14 +10,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, Select, and_, bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from registry_server import semver
 from registry_server.errors import (Conflict, EntryNotFound, Forbidden, RepoNotFound,
                                     RevisionNotFound)
-from registry_server.models import Adapter, AdapterTag, Namespace, User, Version, VersionFile
+from registry_server.models import (Adapter, AdapterTag, Blob, Namespace, User, Version,
+                                    VersionFile)
 from registry_server.services.accounts import check_name, get_namespace, member_namespace_ids
 
 MAIN = "main"
@@ -31,6 +32,23 @@ class Resolved:
 
     version: Version
     pinned: bool
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """A file of a version, as a download needs it (no ORM objects: this is the hot path)."""
+
+    repo_id: str
+    adapter_id: int
+    private: bool
+    version_id: int
+    version: str
+    commit_sha: str
+    pinned: bool
+    warning: str | None  # set when an exact pin reaches a yanked version
+    path: str
+    sha256: str
+    size: int
 
 
 def find_adapter(session: Session, namespace: str, name: str) -> Adapter | None:
@@ -137,6 +155,17 @@ def refresh_latest(session: Session, adapter: Adapter) -> None:
                                      latest.card[:SEARCH_CARD_CHARS]]).lower()
 
 
+def _pinned(revision: str) -> ColumnElement[bool]:
+    """The condition on Version for a version number (`1.2.0` or `v1.2.0`) or commit id."""
+    if COMMIT_SHA.fullmatch(revision):
+        return Version.commit_sha == revision
+    return Version.version == _version_name(revision)
+
+
+def _version_name(revision: str) -> str:
+    return revision[1:] if revision[:1] == "v" and semver.is_version(revision[1:]) else revision
+
+
 def resolve_revision(session: Session, adapter: Adapter, revision: str) -> Resolved:
     """The version a revision names.
 
@@ -150,16 +179,73 @@ def resolve_revision(session: Session, adapter: Adapter, revision: str) -> Resol
                                    "or all yanked)", repo_id=adapter.repo_id, revision=revision,
                                    hint="pin an exact version to get a yanked one")
         return Resolved(adapter.latest, pinned=False)
-    column = Version.commit_sha if COMMIT_SHA.fullmatch(revision) else Version.version
-    wanted = revision[1:] if revision[:1] == "v" and semver.is_version(revision[1:]) else revision
     version = session.scalar(select(Version).where(Version.adapter_id == adapter.id,
-                                                   column == wanted))
+                                                   _pinned(revision)))
     if version is None or version.deleted:
         gone = " (it was deleted)" if version is not None else ""
         raise RevisionNotFound(f"{adapter.repo_id} has no revision {revision!r}{gone}",
                                repo_id=adapter.repo_id, revision=revision,
                                hint=f"use {MAIN}, a version number or a commit id")
     return Resolved(version, pinned=True)
+
+
+def _locate_statement(pinned: bool, by_commit: bool) -> Select:
+    """The one-query file lookup, built once per kind (building a statement costs more than
+    running it)."""
+    if not pinned:
+        on_version = Version.id == Adapter.latest_version_id
+    else:
+        column = Version.commit_sha if by_commit else Version.version
+        on_version = and_(Version.adapter_id == Adapter.id, column == bindparam("revision"))
+    return (select(Adapter.id, Adapter.private, Adapter.namespace_id,
+                   Version.id.label("version_id"), Version.version, Version.commit_sha,
+                   Version.yank_reason, Version.yanked_at, Version.deleted_at, Blob.sha256,
+                   Blob.size)
+            .select_from(Adapter).join(Namespace, Namespace.id == Adapter.namespace_id)
+            .join(Version, on_version)
+            .join(VersionFile, and_(VersionFile.version_id == Version.id,
+                                    VersionFile.path == bindparam("path")))
+            .join(Blob, Blob.sha256 == VersionFile.blob_sha256)
+            .where(Namespace.name == bindparam("namespace"), Adapter.name == bindparam("name")))
+
+
+_LOCATE = {(pinned, by_commit): _locate_statement(pinned, by_commit)
+           for pinned in (False, True) for by_commit in (False, True)}
+
+
+def locate_file(session: Session, namespace: str, name: str, revision: str, path: str,
+                viewer: User | None) -> FileRef:
+    """The file `path` of `namespace/name` at `revision`, if `viewer` may read it.
+
+    One query when everything exists (the download hot path); otherwise the step-by-step
+    lookup names what is missing.
+
+    Raises:
+        RepoNotFound, RevisionNotFound, EntryNotFound: as `get_adapter`, `resolve_revision`
+            and `get_file`.
+    """
+    pinned, by_commit = revision != MAIN, bool(COMMIT_SHA.fullmatch(revision))
+    row = session.execute(_LOCATE[pinned, by_commit], {
+        "namespace": namespace, "name": name, "path": path,
+        "revision": _version_name(revision)}).one_or_none()
+    readable = row is not None and (not row.private or row.namespace_id
+                                    in member_namespace_ids(session, viewer))
+    if not readable or row.deleted_at is not None:
+        return _locate_step_by_step(session, namespace, name, revision, path, viewer)
+    warning = (_yank_message(f"{namespace}/{name}", row.version, row.yank_reason)
+               if row.yanked_at is not None else None)
+    return FileRef(f"{namespace}/{name}", row.id, row.private, row.version_id, row.version,
+                   row.commit_sha, pinned, warning, path, row.sha256, row.size)
+
+
+def _locate_step_by_step(session: Session, namespace: str, name: str, revision: str, path: str,
+                         viewer: User | None) -> FileRef:
+    adapter = get_adapter(session, namespace, name, viewer)
+    resolved = resolve_revision(session, adapter, revision)
+    version, f = resolved.version, get_file(resolved.version, path)
+    return FileRef(adapter.repo_id, adapter.id, adapter.private, version.id, version.version,
+                   version.commit_sha, resolved.pinned, yank_warning(version), path,
+                   f.blob_sha256, f.blob.size)
 
 
 def get_file(version: Version, path: str) -> VersionFile:
@@ -177,5 +263,8 @@ def yank_warning(version: Version) -> str | None:
     """The warning a download of a yanked version carries, else None."""
     if not version.yanked:
         return None
-    reason = f": {version.yank_reason}" if version.yank_reason else ""
-    return f"{version.adapter.repo_id} version {version.version} is yanked{reason}"
+    return _yank_message(version.adapter.repo_id, version.version, version.yank_reason)
+
+
+def _yank_message(repo_id: str, version: str, reason: str | None) -> str:
+    return f"{repo_id} version {version} is yanked" + (f": {reason}" if reason else "")

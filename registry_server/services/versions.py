@@ -1,8 +1,8 @@
-"""What happens to a version after it is pushed: yank, un-yank, delete, download counting."""
+"""What happens to a version after it is pushed: yank, un-yank, delete."""
 
 from __future__ import annotations
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry_server.errors import BadRequest, RevisionNotFound
@@ -73,15 +73,6 @@ def delete(session: Session, adapter: Adapter, user: User, version: str) -> Vers
     refresh_latest(session, adapter)
     session.commit()
     return found
-
-
-def count_download(session: Session, version: Version) -> None:
-    """Add one download to the version and to its adapter's total (atomic increments)."""
-    session.execute(update(Version).where(Version.id == version.id)
-                    .values(downloads=Version.downloads + 1))
-    session.execute(update(Adapter).where(Adapter.id == version.adapter_id)
-                    .values(downloads=Adapter.downloads + 1))
-    session.commit()
 
 
 def _lock(session: Session, adapter: Adapter) -> None:

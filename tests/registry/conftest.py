@@ -150,7 +150,7 @@ def start_registry(config: dict) -> tuple[Registry, callable]:
 @pytest.fixture
 def registry_config(database_url, tmp_path) -> dict:
     return {"INSTANCE_PATH": str(tmp_path / "instance"), "DATABASE_URL": database_url,
-            "SECRET_KEY": "test-secret"}
+            "SECRET_KEY": "test-secret", "DOWNLOAD_FLUSH_SECONDS": 0}
 
 
 @pytest.fixture

@@ -1,0 +1,282 @@
+"""Registry speed under gunicorn on loopback: download throughput against nginx serving the
+same file, resolve HEAD latency under concurrency, and push time of a ~3 MB bundle.
+
+    .venv/bin/python benchmarks/bench_registry.py [--workers 4] [--duration 10]
+        [--database-url postgresql+psycopg://postgres@127.0.0.1:5432/test]
+
+Targets: download >= 50% of nginx's throughput; resolve HEAD p99 < 50 ms with 32 concurrent
+clients; push of a 3 MB bundle < 1 s. Load comes from `wrk` when it is installed (a C client
+that leaves the CPUs to the servers), else from Python client processes. nginx
+(`apt-get install nginx-light`) runs on a free port with a temp config; without it the
+comparison is skipped and said so. HEAD load always comes from Python processes (wrk waits for
+a body after HEAD). The bundle has the shape of a MiniLM-L6 adapter (hidden
+384, 6 layers, bottleneck 64): about 3 MB of float32 weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+NGINX_CONF = """worker_processes {workers};
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {tmp}/nginx-error.log;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    client_body_temp_path {tmp}/nginx-body;
+    proxy_temp_path {tmp}/nginx-proxy;
+    fastcgi_temp_path {tmp}/nginx-fastcgi;
+    uwsgi_temp_path {tmp}/nginx-uwsgi;
+    scgi_temp_path {tmp}/nginx-scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{ root {root}; }}
+    }}
+}}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(port: int, path: str, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server on port {port} exited with {proc.returncode}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", path)
+            if conn.getresponse().status < 500:
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError(f"nothing answers on port {port}")
+
+
+def make_bundle_dir(path: Path, key_path: Path, version: str, seed: int) -> Path:
+    from factories import make_adapter_dir
+
+    from hubcli.bundle import make_bundle
+    from hubcli.signing.sign import sign_bundle
+
+    make_adapter_dir(path, hidden=384, num_layers=6, bottleneck=64, name="bench-adapter",
+                     version=version, seed=seed)
+    make_bundle(path)
+    sign_bundle(path, key_path)
+    return path
+
+
+# --- load generation ----------------------------------------------------------------------
+
+def wrk(url: str, *, connections: int, duration: int) -> dict:
+    """Requests/s and latency percentiles (ms) from wrk (GET only)."""
+    out = subprocess.run(["wrk", "-t", str(min(connections, 2)), "-c", str(connections), "-d",
+                          f"{duration}s", "--latency", url],
+                         capture_output=True, text=True, check=True).stdout
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    pct = {p: _ms(v) for p, v in re.findall(r"^\s+(50|90|99)%\s+([\d.]+\w+)", out, re.M)}
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {"rps": rate, "p50_ms": pct["50"], "p99_ms": pct["99"],
+            "errors": int(errors.group(1)) if errors else 0}
+
+
+def _ms(text: str) -> float:
+    value, unit = re.fullmatch(r"([\d.]+)(\w+)", text).groups()
+    return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
+
+
+def _client(args) -> list[float]:
+    port, path, method, deadline = args
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    latencies = []
+    while time.monotonic() < deadline:
+        start = time.perf_counter()
+        conn.request(method, path)
+        response = conn.getresponse()
+        while response.read(1 << 20):
+            pass
+        latencies.append(time.perf_counter() - start)
+    return latencies
+
+
+def python_load(url: str, *, connections: int, duration: int, method: str = "GET") -> dict:
+    """The same figures from Python client processes (when wrk is not installed)."""
+    m = re.fullmatch(r"http://127\.0\.0\.1:(\d+)(/.*)", url)
+    deadline = time.monotonic() + duration
+    with multiprocessing.Pool(connections) as pool:
+        runs = pool.map(_client, [(int(m.group(1)), m.group(2), method, deadline)] * connections)
+    latencies = sorted(t for run in runs for t in run)
+    return {"rps": len(latencies) / duration,
+            "p50_ms": latencies[len(latencies) // 2] * 1000,
+            "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000, "errors": 0}
+
+
+# --- the benchmark ------------------------------------------------------------------------
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--duration", type=int, default=10, help="seconds per load run")
+    parser.add_argument("--download-clients", type=int, default=4)
+    parser.add_argument("--head-clients", type=int, default=32)
+    parser.add_argument("--pushes", type=int, default=5)
+    parser.add_argument("--database-url", default="", help="default: SQLite in a temp folder")
+    args = parser.parse_args()
+    load = wrk if shutil.which("wrk") else python_load
+
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        os.chmod(tmp, 0o755)  # nginx workers run as another user
+        os.environ["HUB_HOME"] = str(tmp / "hub_home")
+        instance = tmp / "instance"
+        results: dict = {"load_generator": load.__name__, "workers": args.workers}
+
+        from registry_server import create_app
+        from registry_server.db import db
+        from registry_server.services import accounts
+        from hubcli.signing.keys import generate_keypair
+
+        settings = {"INSTANCE_PATH": str(instance),
+                    "DATABASE_URL": args.database_url or f"sqlite:///{instance / 'registry.db'}"}
+        app = create_app({**settings, "AUTO_MIGRATE": True})
+        pair = generate_keypair()
+        with db.session_scope(app) as session:
+            user = accounts.create_user(session, "bench")
+            accounts.add_public_key(session, user, pair.public_path.read_text())
+            token = accounts.create_token(session, user)[1]
+
+        port = free_port()
+        env = {**os.environ, **{f"HUB_REGISTRY_{k}": v for k, v in settings.items()}}
+        gunicorn = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-w", str(args.workers), "--preload", "-b",
+             f"127.0.0.1:{port}", "registry_server:create_app()"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        nginx = None
+        try:
+            wait_http(port, "/api/v1/health", gunicorn)
+            results["push"] = bench_push(port, token, pair.private_path, tmp, args.pushes)
+            blob_dir, blob_name, size = weights_blob(app)
+            results["file_bytes"] = size
+            url = f"http://127.0.0.1:{port}/bench/bench-adapter/resolve/main/adapter.safetensors"
+            results["download_registry"] = load(url, connections=args.download_clients,
+                                                duration=args.duration)
+            nginx, nginx_port = start_nginx(tmp, blob_dir, args.workers)
+            if nginx is not None:
+                results["download_nginx"] = load(f"http://127.0.0.1:{nginx_port}/{blob_name}",
+                                                 connections=args.download_clients,
+                                                 duration=args.duration)
+            # wrk waits for a body after HEAD (it reads Content-Length), so HEAD load always
+            # comes from Python client processes.
+            results["resolve_head"] = python_load(url, connections=args.head_clients,
+                                                  duration=args.duration, method="HEAD")
+        finally:
+            gunicorn.send_signal(signal.SIGINT)
+            gunicorn.wait(timeout=30)
+            if nginx is not None:
+                nginx.send_signal(signal.SIGQUIT)
+                nginx.wait(timeout=30)
+            db.engine(app).dispose()
+    report(results)
+
+
+def bench_push(port: int, token: str, key_path: Path, tmp: Path, pushes: int) -> dict:
+    """Wall time of `HfApi.upload_folder` (preupload + commit) for new versions of a ~3 MB
+    bundle, and the server's share (the commit request alone)."""
+    import huggingface_hub
+
+    api = huggingface_hub.HfApi(endpoint=f"http://127.0.0.1:{port}", token=token)
+    api.create_repo("bench/bench-adapter")
+    bundles = [make_bundle_dir(tmp / f"bundle-{i}", key_path, f"1.0.{i}", i)
+               for i in range(pushes)]
+    size = sum(p.stat().st_size for p in bundles[0].iterdir())
+    totals = []
+    for bundle in bundles:
+        start = time.perf_counter()
+        api.upload_folder(folder_path=bundle, repo_id="bench/bench-adapter")
+        totals.append(time.perf_counter() - start)
+    return {"bundle_bytes": size, "median_s": statistics.median(totals), "max_s": max(totals)}
+
+
+def weights_blob(app) -> tuple[Path, str, int]:
+    """Where the latest adapter.safetensors lies in disk storage."""
+    from sqlalchemy import select
+
+    from registry_server.db import db
+    from registry_server.models import Blob, VersionFile
+    from registry_server.storage import get_storage
+
+    with db.session_scope(app) as session:
+        blob = session.scalars(select(Blob).join(VersionFile, VersionFile.blob_sha256 == Blob.sha256)
+                               .where(VersionFile.path == "adapter.safetensors")).first()
+        path = get_storage(app).path(blob.sha256)
+        return path.parent, path.name, blob.size
+
+
+def start_nginx(tmp: Path, root: Path, workers: int):
+    binary = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists()
+                                       else None)
+    if binary is None:
+        print("nginx is not installed (apt-get install nginx-light): no comparison",
+              file=sys.stderr)
+        return None, None
+    for parent in [root, *root.parents]:
+        if parent == tmp.parent:
+            break
+        os.chmod(parent, 0o755)
+    port = free_port()
+    conf = tmp / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(workers=workers, tmp=tmp, port=port, root=root))
+    proc = subprocess.Popen([binary, "-c", str(conf), "-p", str(tmp)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_http(port, "/", proc)
+    return proc, port
+
+
+def report(results: dict) -> None:
+    size = results["file_bytes"]
+    reg = results["download_registry"]
+    mib = 1 << 20
+    print(f"load generator: {results['load_generator']}; gunicorn workers: {results['workers']}")
+    print(f"push ({results['push']['bundle_bytes'] / mib:.1f} MiB bundle, upload_folder): "
+          f"median {results['push']['median_s'] * 1000:.0f} ms, "
+          f"max {results['push']['max_s'] * 1000:.0f} ms   (target < 1000 ms)")
+    print(f"download {size / mib:.1f} MiB file, registry: {reg['rps']:.0f} req/s = "
+          f"{reg['rps'] * size / mib:.0f} MiB/s")
+    if "download_nginx" in results:
+        ngx = results["download_nginx"]
+        print(f"download {size / mib:.1f} MiB file, nginx:    {ngx['rps']:.0f} req/s = "
+              f"{ngx['rps'] * size / mib:.0f} MiB/s")
+        results["download_ratio"] = reg["rps"] / ngx["rps"]
+        print(f"registry / nginx: {results['download_ratio']:.0%}   (target >= 50%)")
+    head = results["resolve_head"]
+    print(f"resolve HEAD, {head['rps']:.0f} req/s: p50 {head['p50_ms']:.1f} ms, "
+          f"p99 {head['p99_ms']:.1f} ms   (target p99 < 50 ms)")
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
