@@ -1,5 +1,6 @@
 """Full-text matching of adapters, on the index migration 0002 built for each database:
-SQLite's FTS5 table `adapters_fts`, PostgreSQL's GIN index on `to_tsvector('simple', ...)`.
+SQLite's FTS5 table `adapters_fts`, PostgreSQL's GIN-indexed column `adapters.search_vector`
+(generated from `search_text`, outside the ORM model).
 
 Every word of the query must start a word of the adapter's search text (name, description,
 tags, model card): "sent" finds "sentiment", "sst2 adapter" finds "sst2-adapter".
@@ -18,8 +19,8 @@ from registry_server.ui.sqlplan import unindexed
 WORD = re.compile(r"\w+")
 MAX_WORDS = 10
 _FTS = table("adapters_fts", literal_column("rowid"))
-# A literal, not a bound parameter: PostgreSQL only uses the index for the identical expression.
-_SIMPLE = literal_column("'simple'::regconfig")
+_VECTOR = literal_column("adapters.search_vector")
+_SIMPLE = literal_column("'simple'::regconfig")  # the text search configuration of the column
 
 
 def words(query: str) -> list[str]:
@@ -48,6 +49,5 @@ def matches(session: Session, query: str) -> ColumnElement[bool] | None:
         return unindexed(session, Adapter.id).in_(matching)
     if dialect == "postgresql":
         ts_query = " & ".join(f"'{w}':*" for w in found)
-        return (func.to_tsvector(_SIMPLE, Adapter.search_text)
-                .op("@@")(func.to_tsquery(_SIMPLE, ts_query)))
+        return _VECTOR.op("@@")(func.to_tsquery(_SIMPLE, ts_query))
     raise NotImplementedError(f"no full-text search for {dialect}")
