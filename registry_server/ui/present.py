@@ -4,6 +4,7 @@ version the registry accepted, including ones pushed under an older schema."""
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any
 
@@ -18,12 +19,10 @@ Rows = list[tuple[str, str]]
 
 def filesize(size: int) -> str:
     """1536 -> "1.5 KiB"."""
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    if size < 1024:
+        return f"{size} B"
+    exponent = min(int(math.log(size, 1024)), 3)
+    return f"{size / 1024 ** exponent:.1f} {('KiB', 'MiB', 'GiB')[exponent - 1]}"
 
 
 def number(value: int | float) -> str:

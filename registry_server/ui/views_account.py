@@ -3,12 +3,14 @@ tokens (a new one is shown once) and signing public keys."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import wraps
 
 from flask import flash, redirect, render_template, request, url_for
 
 from registry_server.db import db
 from registry_server.errors import ApiError, BadRequest
+from registry_server.models import User
 from registry_server.services import accounts
 from registry_server.ui import passwords, signin
 from registry_server.ui.blueprint import bp
@@ -21,7 +23,8 @@ def _safe_next(target: str | None) -> str:
     return url_for("ui.home")
 
 
-def login_required(view):
+def login_required(view: Callable) -> Callable:
+    """Send anonymous visitors to the sign-in page, and back here afterwards."""
     @wraps(view)
     def wrapper(*args, **kwargs):
         if signin.viewer() is None:
@@ -73,7 +76,7 @@ def password_with_token():
     return redirect(url_for("ui.settings"))
 
 
-def _new_password(user) -> str:
+def _new_password(user: User) -> str:
     """Raises: BadRequest: the two entries differ, or the password is too short or long."""
     if request.form.get("password", "") != request.form.get("password2", ""):
         raise BadRequest("The two passwords differ.")
