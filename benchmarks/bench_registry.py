@@ -5,11 +5,12 @@ same file, resolve HEAD latency under concurrency, and push time of a ~3 MB bund
         [--database-url postgresql+psycopg://postgres@127.0.0.1:5432/test]
 
 Targets: download >= 50% of nginx's throughput; resolve HEAD p99 < 50 ms with 32 concurrent
-clients; push of a 3 MB bundle < 1 s. Load comes from `wrk` when it is installed (a C client
-that leaves the CPUs to the servers), else from Python client processes. nginx
-(`apt-get install nginx-light`) runs on a free port with a temp config; without it the
-comparison is skipped and said so. HEAD load always comes from Python processes (wrk waits for
-a body after HEAD). The bundle has the shape of a MiniLM-L6 adapter (hidden
+clients; push of a 3 MB bundle < 1 s. GET load comes from `wrk` and HEAD load from ApacheBench
+`ab -i` when they are installed (C clients that leave the CPUs to the servers; wrk mishandles
+HEAD), else from Python client processes. nginx (`apt-get install nginx-light`) runs on a free
+port with a temp config; without it the comparison is skipped and said so. For scale, the same
+HEAD load also runs against a bare Flask route under the same gunicorn settings.
+Tools: `apt-get install nginx-light wrk apache2-utils`. The bundle has the shape of a MiniLM-L6 adapter (hidden
 384, 6 layers, bottleneck 64): about 3 MB of float32 weights.
 """
 
@@ -29,10 +30,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+# The floor for resolve HEAD on this machine: a Flask route under the same gunicorn that
+# answers at once, with no database and no storage.
+BASELINE_APP = """from flask import Flask, Response
+app = Flask(__name__)
+@app.route("/f", methods=["GET", "HEAD"])
+def f():
+    return Response(headers={"Content-Length": "3000000"})
+"""
 
 NGINX_CONF = """worker_processes {workers};
 daemon off;
@@ -104,6 +115,17 @@ def wrk(url: str, *, connections: int, duration: int) -> dict:
             "errors": int(errors.group(1)) if errors else 0}
 
 
+def ab_head(url: str, *, connections: int, duration: int) -> dict:
+    """HEAD requests/s and latency percentiles (ms) from ApacheBench (`ab -i`)."""
+    out = subprocess.run(["ab", "-i", "-q", "-c", str(connections), "-t", str(duration), "-n",
+                          "10000000", url], capture_output=True, text=True, check=True).stdout
+    rate = float(re.search(r"Requests per second:\s+([\d.]+)", out).group(1))
+    pct = dict(re.findall(r"^\s+(50|99)%\s+(\d+)", out, re.M))
+    errors = re.search(r"Non-2xx responses:\s+(\d+)", out)
+    return {"rps": rate, "p50_ms": float(pct["50"]), "p99_ms": float(pct["99"]),
+            "errors": int(errors.group(1)) if errors else 0}
+
+
 def _ms(text: str) -> float:
     value, unit = re.fullmatch(r"([\d.]+)(\w+)", text).groups()
     return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
@@ -144,16 +166,22 @@ def main() -> None:
     parser.add_argument("--download-clients", type=int, default=4)
     parser.add_argument("--head-clients", type=int, default=32)
     parser.add_argument("--pushes", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3, help="download/HEAD rounds")
     parser.add_argument("--database-url", default="", help="default: SQLite in a temp folder")
     args = parser.parse_args()
     load = wrk if shutil.which("wrk") else python_load
+    head_load = ab_head if shutil.which("ab") else partial(python_load, method="HEAD")
 
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         os.chmod(tmp, 0o755)  # nginx workers run as another user
         os.environ["HUB_HOME"] = str(tmp / "hub_home")
         instance = tmp / "instance"
-        results: dict = {"load_generator": load.__name__, "workers": args.workers}
+        results: dict = {"load_generator": load.__name__, "workers": args.workers,
+                         "head_clients": args.head_clients,
+                         "loadavg": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+                         "download_registry": [], "download_nginx": [], "resolve_head": [],
+                         "baseline_head": []}
 
         from registry_server import create_app
         from registry_server.db import db
@@ -175,30 +203,42 @@ def main() -> None:
             [sys.executable, "-m", "gunicorn", "-w", str(args.workers), "--preload", "-b",
              f"127.0.0.1:{port}", "registry_server:create_app()"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        nginx = None
+        nginx = baseline = None
         try:
             wait_http(port, "/api/v1/health", gunicorn)
             results["push"] = bench_push(port, token, pair.private_path, tmp, args.pushes)
             blob_dir, blob_name, size = weights_blob(app)
             results["file_bytes"] = size
             url = f"http://127.0.0.1:{port}/bench/bench-adapter/resolve/main/adapter.safetensors"
-            results["download_registry"] = load(url, connections=args.download_clients,
-                                                duration=args.duration)
+            (tmp / "baseline_app.py").write_text(BASELINE_APP)
+            baseline_port = free_port()
+            baseline = subprocess.Popen(
+                [sys.executable, "-m", "gunicorn", "-w", str(args.workers), "--chdir", str(tmp),
+                 "-b", f"127.0.0.1:{baseline_port}", "baseline_app:app"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            wait_http(baseline_port, "/f", baseline)
             nginx, nginx_port = start_nginx(tmp, blob_dir, args.workers)
-            if nginx is not None:
-                results["download_nginx"] = load(f"http://127.0.0.1:{nginx_port}/{blob_name}",
-                                                 connections=args.download_clients,
-                                                 duration=args.duration)
-            # wrk waits for a body after HEAD (it reads Content-Length), so HEAD load always
-            # comes from Python client processes.
-            results["resolve_head"] = python_load(url, connections=args.head_clients,
-                                                  duration=args.duration, method="HEAD")
+            nginx_url = f"http://127.0.0.1:{nginx_port}/{blob_name}" if nginx else None
+            for _ in range(args.rounds):
+                # Alternating registry and nginx rounds share out the noise of a busy machine.
+                kw = {"connections": args.download_clients, "duration": args.duration}
+                results["download_registry"].append(load(url, **kw))
+                if nginx_url:
+                    results["download_nginx"].append(load(nginx_url, **kw))
+                results["resolve_head"].append(head_load(url, connections=args.head_clients,
+                                                         duration=args.duration))
+                results["baseline_head"].append(head_load(
+                    f"http://127.0.0.1:{baseline_port}/f", connections=args.head_clients,
+                    duration=args.duration))
         finally:
             gunicorn.send_signal(signal.SIGINT)
             gunicorn.wait(timeout=30)
             if nginx is not None:
                 nginx.send_signal(signal.SIGQUIT)
                 nginx.wait(timeout=30)
+            if baseline is not None:
+                baseline.send_signal(signal.SIGINT)
+                baseline.wait(timeout=30)
             db.engine(app).dispose()
     report(results)
 
@@ -257,24 +297,33 @@ def start_nginx(tmp: Path, root: Path, workers: int):
 
 
 def report(results: dict) -> None:
-    size = results["file_bytes"]
-    reg = results["download_registry"]
-    mib = 1 << 20
-    print(f"load generator: {results['load_generator']}; gunicorn workers: {results['workers']}")
-    print(f"push ({results['push']['bundle_bytes'] / mib:.1f} MiB bundle, upload_folder): "
-          f"median {results['push']['median_s'] * 1000:.0f} ms, "
-          f"max {results['push']['max_s'] * 1000:.0f} ms   (target < 1000 ms)")
-    print(f"download {size / mib:.1f} MiB file, registry: {reg['rps']:.0f} req/s = "
-          f"{reg['rps'] * size / mib:.0f} MiB/s")
-    if "download_nginx" in results:
-        ngx = results["download_nginx"]
-        print(f"download {size / mib:.1f} MiB file, nginx:    {ngx['rps']:.0f} req/s = "
-              f"{ngx['rps'] * size / mib:.0f} MiB/s")
-        results["download_ratio"] = reg["rps"] / ngx["rps"]
-        print(f"registry / nginx: {results['download_ratio']:.0%}   (target >= 50%)")
-    head = results["resolve_head"]
-    print(f"resolve HEAD, {head['rps']:.0f} req/s: p50 {head['p50_ms']:.1f} ms, "
-          f"p99 {head['p99_ms']:.1f} ms   (target p99 < 50 ms)")
+    size, mib = results["file_bytes"], 1 << 20
+    med = statistics.median
+    print(f"GET load: {results['load_generator']}; gunicorn workers: {results['workers']}; "
+          f"load average before: {results['loadavg']}")
+    push = results["push"]
+    print(f"push ({push['bundle_bytes'] / mib:.1f} MiB bundle, upload_folder): median "
+          f"{push['median_s'] * 1000:.0f} ms, max {push['max_s'] * 1000:.0f} ms   "
+          "(target < 1000 ms)")
+    reg = [r["rps"] for r in results["download_registry"]]
+    print(f"download {size / mib:.1f} MiB file, registry: median {med(reg):.0f} req/s = "
+          f"{med(reg) * size / mib:.0f} MiB/s  (rounds: {', '.join(f'{r:.0f}' for r in reg)})")
+    if results["download_nginx"]:
+        ngx = [r["rps"] for r in results["download_nginx"]]
+        ratios = [r / n for r, n in zip(reg, ngx)]
+        results["download_ratio"] = med(ratios)
+        print(f"download {size / mib:.1f} MiB file, nginx:    median {med(ngx):.0f} req/s = "
+              f"{med(ngx) * size / mib:.0f} MiB/s  (rounds: {', '.join(f'{n:.0f}' for n in ngx)})")
+        print(f"registry / nginx: median {med(ratios):.0%} (rounds: "
+              f"{', '.join(f'{r:.0%}' for r in ratios)})   (target >= 50%)")
+    for key, label in (("resolve_head", "resolve HEAD"),
+                       ("baseline_head", "baseline HEAD (bare Flask route, same gunicorn)")):
+        heads = results[key]
+        p99 = [h["p99_ms"] for h in heads]
+        print(f"{label}, {results['head_clients']} clients: median "
+              f"{med(h['rps'] for h in heads):.0f} req/s, p99 median {med(p99):.0f} ms "
+              f"(rounds: {', '.join(f'{p:.0f}' for p in p99)})")
+    print("target: resolve HEAD p99 < 50 ms")
     print(json.dumps(results))
 
 

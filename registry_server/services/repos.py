@@ -225,7 +225,8 @@ def locate_file(session: Session, namespace: str, name: str, revision: str, path
             and `get_file`.
     """
     pinned, by_commit = revision != MAIN, bool(COMMIT_SHA.fullmatch(revision))
-    row = session.execute(_LOCATE[pinned, by_commit], {
+    # Plain rows through the Connection: the ORM's result machinery is not needed here.
+    row = session.connection().execute(_LOCATE[pinned, by_commit], {
         "namespace": namespace, "name": name, "path": path,
         "revision": _version_name(revision)}).one_or_none()
     readable = row is not None and (not row.private or row.namespace_id
