@@ -315,5 +315,6 @@ def _record(session: Session, adapter: Adapter, user: User, summary: str, manife
 
 def _insert_blobs(session: Session, hashes) -> None:
     # Another push may be adding the same blob right now: skip rows that exist.
+    unique = {sha: (git, size) for sha, git, size in hashes}  # two paths may share content
     insert_ignore(session, Blob, [{"sha256": s, "git_oid": g, "size": n, "created_at": utcnow()}
-                                  for s, g, n in hashes])
+                                  for s, (g, n) in unique.items()])
