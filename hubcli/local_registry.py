@@ -70,9 +70,11 @@ class LocalRegistry:
         if self._server is None:
             return
         from registry_server.db import db
+        from registry_server.services import downloads
 
         self._server.shutdown()
         self._thread.join()
+        self.app.extensions[downloads.EXTENSION].close()
         db.engine(self.app).dispose()
         self._server = None
 

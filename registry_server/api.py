@@ -155,6 +155,13 @@ def list_keys() -> Response:
     return jsonify({"items": [key_json(k) for k in accounts.list_public_keys(db.session, user)]})
 
 
+@bp.get("/namespaces/<namespace>/keys")
+def namespace_keys(namespace: str) -> Response:
+    ns = accounts.get_namespace(db.session, namespace)
+    return jsonify({"namespace": ns.name, "kind": ns.kind,
+                    "items": [key_json(k) for k in accounts.namespace_public_keys(db.session, ns)]})
+
+
 @bp.post("/keys")
 def add_key() -> Response:
     user = require_user(write=True)

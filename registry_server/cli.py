@@ -2,6 +2,7 @@
 
     hub-registry serve                        # embedded default: SQLite + local disk
     hub-registry create-user alice --admin    # prints a token once
+    hub-registry set-password alice           # for signing in to the web UI
     hub-registry create-org acme --member alice
     gunicorn -w 4 'registry_server:create_app()'   # at scale, after `hub-registry migrate`
 
@@ -73,6 +74,19 @@ def create_user(name: str, admin: bool) -> None:
         user = accounts.create_user(session, name, admin=admin)
         _, secret = accounts.create_token(session, user, name="initial", scope="write")
     click.echo(f"created user {name}; token (shown once): {secret}")
+
+
+@cli.command("set-password")
+@click.argument("name")
+@click.password_option(help="The new password (prompted, hidden, asked twice if omitted).")
+def set_password(name: str, password: str) -> None:
+    """Set the web sign-in password of user NAME (users can also set it at /login/password
+    with a write token)."""
+    from registry_server.ui import passwords
+
+    with _app().app_context(), db.session_scope() as session:
+        passwords.set_password(session, accounts.get_user(session, name), password)
+    click.echo(f"password set for {name}")
 
 
 @cli.command("create-org")

@@ -66,8 +66,6 @@ def test_another_machine_attaches_once_it_trusts_the_signer(published, live_regi
     assert "signed by trainer" in result.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="the registry does not list a namespace's signing keys "
-                                       "(GET /api/v1/namespaces/{ns}/keys) yet")
 def test_another_machine_trusts_the_registry_key_for_the_namespace(published, live_registry,
                                                                    tmp_path, monkeypatch):
     repo_id, _, _ = published

@@ -91,8 +91,6 @@ def test_tampered_download_is_refused_and_removed(remote, registry_user, publish
     assert pull(ref, remote).record.version == "2.0.0"
 
 
-@pytest.mark.xfail(strict=True, reason="the registry does not list a namespace's signing keys "
-                                       "(GET /api/v1/namespaces/{ns}/keys) yet")
 def test_registry_key_verifies_on_a_machine_that_does_not_trust_it(remote, registry_user,
                                                                     published, tmp_path,
                                                                     monkeypatch):

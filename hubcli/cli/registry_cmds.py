@@ -218,7 +218,7 @@ def search(words: tuple[str, ...], base: str | None, registry: str | None, token
 
 
 @click.command("quickstart")
-@click.option("--epochs", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--epochs", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--sample", type=click.IntRange(min=8), help="train on the first N sentences only")
 @click.option("--port", type=click.IntRange(0, 65535), default=0,
               help="registry port [default: any free one]")

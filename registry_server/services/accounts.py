@@ -221,6 +221,17 @@ def list_public_keys(session: Session, user: User) -> list[PublicKey]:
                                 .order_by(PublicKey.id)))
 
 
+def namespace_public_keys(session: Session, namespace: Namespace) -> list[PublicKey]:
+    """The keys whose signatures the registry accepts for pushes to `namespace`: the user's
+    own, or, for an organisation, every member's. Public by nature: pullers verify with them."""
+    if namespace.kind == "org":
+        owners = select(Membership.user_id).where(Membership.org_id == namespace.id)
+    else:
+        owners = select(User.id).where(User.namespace_id == namespace.id)
+    return list(session.scalars(select(PublicKey).where(PublicKey.user_id.in_(owners))
+                                .order_by(PublicKey.id)))
+
+
 def delete_public_key(session: Session, user: User, kid: str) -> None:
     """Raises: NotFound: the user has no key with this id."""
     key = session.scalar(select(PublicKey).where(PublicKey.user_id == user.id,

@@ -12,7 +12,6 @@ import atexit
 import logging
 import os
 import threading
-import time
 from collections import Counter
 
 from sqlalchemy import bindparam, update
@@ -50,6 +49,7 @@ class DownloadCounter:
         self._pid: int | None = None
         self._versions: Counter[int] = Counter()
         self._adapters: Counter[int] = Counter()
+        self._closed = threading.Event()
 
     def add(self, version_id: int, adapter_id: int) -> None:
         if self.interval <= 0:
@@ -77,6 +77,13 @@ class DownloadCounter:
                 self._adapters.update(adapters)
             raise
 
+    def close(self) -> None:
+        """Write what is pending and stop: for an app shut down before its process ends (the
+        quickstart's registry), whose database may be gone by the time atexit runs."""
+        self._closed.set()
+        atexit.unregister(self.flush)
+        self.flush()
+
     def _start_in_this_process(self) -> None:
         # Worker processes are forked from a parent that may have built the app (gunicorn
         # --preload): each starts its own flusher thread on its first download.
@@ -88,8 +95,7 @@ class DownloadCounter:
         atexit.register(self.flush)
 
     def _run(self) -> None:
-        while True:
-            time.sleep(self.interval)
+        while not self._closed.wait(self.interval):
             try:
                 self.flush()
             except Exception:  # e.g. the database restarting: retried next round

@@ -17,7 +17,7 @@ from flask import Flask
 def init_app(app: Flask) -> None:
     # Importing the view modules attaches their routes to the blueprint; models adds the
     # ui_credentials table to the shared metadata.
-    from registry_server.ui import (cli, models, present, queries,  # noqa: F401
+    from registry_server.ui import (models, present, queries,  # noqa: F401
                                     views_account, views_adapter, views_browse)
     from registry_server.ui.blueprint import bp, url_with
     from registry_server.ui.signin import UiSessionInterface
@@ -30,4 +30,3 @@ def init_app(app: Flask) -> None:
     # A global, not a context variable, so that imported macros (pagination) see it too.
     app.add_template_global(url_with)
     app.register_blueprint(bp)
-    app.cli.add_command(cli.set_password)

@@ -172,6 +172,22 @@ def test_public_keys_are_uploaded_listed_and_deleted(registry, signing_key):
     assert requests.delete(f"{url}/{key_id}", headers=auth(token)).status_code == 404
 
 
+def test_namespace_keys_are_public_and_cover_org_members(registry, signing_key):
+    registry.user("dave", key=signing_key)
+    registry.user("erin")
+    registry.org("lab", "dave", "erin")
+    url = f"{registry.url}/api/v1/namespaces"
+    dave = requests.get(f"{url}/dave/keys")  # no token: pullers verify with these
+    assert dave.status_code == 200
+    assert dave.json()["kind"] == "user"
+    assert [k["pem"] for k in dave.json()["items"]] == [signing_key.public_pem]
+    assert requests.get(f"{url}/erin/keys").json()["items"] == []
+    lab = requests.get(f"{url}/lab/keys").json()
+    assert lab["kind"] == "org" and [k["pem"] for k in lab["items"]] == [signing_key.public_pem]
+    missing = requests.get(f"{url}/nobody/keys")
+    assert missing.status_code == 404 and missing.json()["error"] == "no user or organisation named 'nobody'"
+
+
 def test_tokens_are_hashed_scoped_and_revocable(registry, signing_key):
     admin = registry.user("dave", key=signing_key)
     url = f"{registry.url}/api/v1/tokens"

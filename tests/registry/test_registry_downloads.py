@@ -40,3 +40,8 @@ def test_counts_are_written_in_the_background_and_on_flush(registry, signing_key
     slow.add(version_id, adapter_id)
     slow.flush()
     assert _counts(registry) == (4, 4)
+
+    closing = DownloadCounter(db.factory(registry.app), interval=3600)
+    closing.add(version_id, adapter_id)
+    closing.close()  # an app stopped before its process ends writes what it counted
+    assert _counts(registry) == (5, 5)

@@ -222,12 +222,20 @@ def test_adapter_without_versions_has_an_empty_state(site):
     assert "draft" not in text(site.app.test_client().get("/alice"))  # listings skip it
 
 
-def test_set_password_command(site):
-    result = site.app.test_cli_runner().invoke(args=["set-password", "carol"],
-                                               input="carols password\ncarols password\n")
+def test_set_password_command(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from registry_server import create_app
+    from registry_server.cli import cli
+
+    monkeypatch.setenv("HUB_REGISTRY_INSTANCE_PATH", str(tmp_path / "instance"))
+    runner = CliRunner()
+    assert runner.invoke(cli, ["create-user", "carol"]).exit_code == 0
+    result = runner.invoke(cli, ["set-password", "carol"],
+                           input="carols password\ncarols password\n")
     assert result.exit_code == 0 and "password set for carol" in result.output
-    assert sign_in(site.app.test_client(), "carol", "carols password").status_code == 302
-    result = site.app.test_cli_runner().invoke(args=["set-password", "nobody"], input="x\nx\n")
+    assert sign_in(create_app().test_client(), "carol", "carols password").status_code == 302
+    result = runner.invoke(cli, ["set-password", "nobody"], input="x\nx\n")
     assert result.exit_code == 1 and "error: no user named 'nobody'" in result.output
 
 
