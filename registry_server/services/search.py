@@ -2,8 +2,8 @@
 
 Only adapters the viewer may read and that have a `main` version (one not yanked) are found.
 Every filter is an indexed column of `adapters` (copied from the latest version at push time)
-except text, which looks for each word in `search_text`; a full-text index can replace that
-one predicate (`_text_filter`) without touching the rest.
+except text, which goes through the full-text index (`textsearch`: SQLite FTS5 or PostgreSQL
+tsvector), the same matching as the web UI's search.
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from sqlalchemy import ColumnElement, Select, and_, false, func, or_, select
+from sqlalchemy import ColumnElement, Select, false, func, or_, select
 from sqlalchemy.orm import Session
 
 from registry_server.errors import BadRequest
 from registry_server import semver
 from registry_server.models import Adapter, AdapterTag, Namespace, User, Version
 from registry_server.services.accounts import member_namespace_ids
+from registry_server.services import textsearch
 from registry_server.services.repos import pick_latest
 
 SORTS = ("downloads", "recent", "name")
@@ -83,19 +84,13 @@ def search(session: Session, viewer: User | None, query: SearchQuery) -> Page[Ad
     for tag in query.tags:
         stmt = stmt.where(Adapter.id.in_(select(AdapterTag.adapter_id)
                                          .where(AdapterTag.tag == tag)))
-    if query.text.strip():
-        stmt = stmt.where(_text_filter(query.text))
+    text_match = textsearch.matches(session, query.text)
+    if text_match is not None:
+        stmt = stmt.where(text_match)
     order = {"downloads": (Adapter.downloads.desc(), Adapter.id.desc()),
              "recent": (Adapter.updated_at.desc(), Adapter.id.desc()),
              "name": (Adapter.name, Adapter.id)}[query.sort]
     return _paginate(session, stmt.order_by(*order), query.page, query.per_page)
-
-
-def _text_filter(text: str) -> ColumnElement[bool]:
-    """Every word of `text` occurs in the adapter's searchable text (case-insensitive)."""
-    words = text.lower().split()[:10]
-    escaped = [w.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") for w in words]
-    return and_(*(Adapter.search_text.like(f"%{w}%", escape="\\") for w in escaped))
 
 
 def compatible(session: Session, viewer: User | None, base_hash: str, *, page: int = 1,

@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session, lazyload, load_only, selectinload
 
 from registry_server.models import Adapter, AdapterTag, Namespace, PublicKey, User, Version
 from registry_server.services.search import Page, SearchQuery, visible
-from registry_server.ui import textsearch
-from registry_server.ui.sqlplan import unindexed
+from registry_server.services import textsearch
+from registry_server.services.sqlplan import unindexed
 
 UI_SORTS = ("downloads", "recent")
 

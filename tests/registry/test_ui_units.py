@@ -12,7 +12,8 @@ from conftest import new_signing_key
 from factories import default_manifest
 from registry_server.db import db
 from registry_server.services import accounts
-from registry_server.ui import chart, present, textsearch
+from registry_server.services import textsearch
+from registry_server.ui import chart, present
 from registry_server.ui.markdown import render_card, strip_front_matter
 from ui_seed import DATABASES, make_app, publish, signed_bundle
 

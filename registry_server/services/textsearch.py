@@ -14,7 +14,7 @@ from sqlalchemy import ColumnElement, func, literal_column, select, table, text
 from sqlalchemy.orm import Session
 
 from registry_server.models import Adapter
-from registry_server.ui.sqlplan import unindexed
+from registry_server.services.sqlplan import unindexed
 
 WORD = re.compile(r"\w+")
 MAX_WORDS = 10
