@@ -4,6 +4,7 @@ so a crash never leaves a half-written file behind."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -58,6 +59,15 @@ def staged_dir(final: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def read_json_cache(path: Path) -> dict:
+    """A JSON cache file's contents; missing or damaged counts as empty (it is rebuilt)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (FileNotFoundError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def sha256_file(path: Path) -> str:

@@ -24,11 +24,24 @@ def config_path() -> Path:
 
 
 def load_config() -> dict[str, Any]:
-    """Read the config file; a missing file is an empty config."""
+    """Read the config file; a missing file is an empty config.
+
+    Raises:
+        UsageError: the file is not a JSON object (names the file, line and column).
+    """
+    from hubcli.errors import UsageError
+
+    path = config_path()
     try:
-        return json.loads(config_path().read_text())
+        config = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{path}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno})",
+                         hint="fix the file, or delete it to start from defaults") from None
+    if not isinstance(config, dict):
+        raise UsageError(f"{path}: expected a JSON object", hint="fix or delete the file")
+    return config
 
 
 def save_config(values: dict[str, Any]) -> None:

@@ -17,27 +17,17 @@ from pathlib import Path
 import click
 from flask import Flask
 
-from hubcli.cli.main import report
-from hubcli.errors import HubError
+from hubcli.cli.main import ReportingGroup
 from registry_server import create_app
 from registry_server.db import db
 from registry_server.services import accounts, maintenance
-
-
-class _Group(click.Group):
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except HubError as e:
-            report(e)
-            ctx.exit(1)
 
 
 def _app() -> Flask:
     return create_app()
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=ReportingGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
     """Run and administer the adapter registry."""
 

@@ -169,3 +169,11 @@ def test_auto_epochs_gives_small_data_enough_steps():
     assert auto_epochs(14_041, 32) == 3  # CoNLL-2003
     assert auto_epochs(4_000, 32) == 4  # 125 steps an epoch: 4 epochs reach 500
     assert auto_epochs(150, 32) == 20  # capped
+
+
+def test_damaged_config_file_is_named_not_a_traceback(tmp_path, hub_home):
+    (hub_home / "config.json").write_text('{"endpoint": "http://x",\n  oops}')
+    result = run("predict", "some text")
+    assert result.exit_code == 1
+    assert f"{hub_home / 'config.json'}:2: not valid JSON" in result.stderr
+    assert "Traceback" not in result.stderr

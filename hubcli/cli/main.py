@@ -33,16 +33,8 @@ COMMANDS: dict[str, str] = {
 }
 
 
-class LazyGroup(click.Group):
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
-
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        target = COMMANDS.get(name)
-        if target is None:
-            return None
-        module, attr = target.split(":")
-        return getattr(importlib.import_module(module), attr)
+class ReportingGroup(click.Group):
+    """A command group that turns HubErrors into one line plus a hint (exit 1)."""
 
     def invoke(self, ctx: click.Context):
         try:
@@ -53,6 +45,18 @@ class LazyGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
+
+
+class LazyGroup(ReportingGroup):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        return getattr(importlib.import_module(module), attr)
 
 
 def report(e: HubError) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from hubcli.core.basehash import content_hash, tokenizer_hash
 from hubcli.core.targets import targets_for
 from hubcli.errors import ModelError
-from hubcli.fsutil import atomic_write_text
+from hubcli.fsutil import atomic_write_text, read_json_cache
 from hubcli.settings import hub_home
 
 DEFAULT_BASE_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -126,10 +126,7 @@ def _known_bases_file() -> Path:
 
 def known_bases() -> dict[str, dict]:
     """content hash -> {"name", "path"} of every base loaded on this machine."""
-    try:
-        return json.loads(_known_bases_file().read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
+    return read_json_cache(_known_bases_file())
 
 
 def remember_base(info: BaseInfo) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from hubcli.errors import ModelError
-from hubcli.fsutil import atomic_write_text
+from hubcli.fsutil import atomic_write_text, read_json_cache
 from hubcli.settings import cache_dir
 
 _TORCH_TO_ST = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64",
@@ -99,7 +99,7 @@ def content_hash(model_dir: Path) -> str:
     """The cached content hash of the model in `model_dir` ("sha256:<hex>")."""
     files = weight_files(Path(model_dir))
     key = json.dumps([[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in files])
-    cache = _load_cache()
+    cache = read_json_cache(_cache_file())
     if key in cache:
         return cache[key]
     if files[0].suffix == ".safetensors":
@@ -126,13 +126,6 @@ def tokenizer_hash(tokenizer) -> str:
 
 def _cache_file() -> Path:
     return cache_dir() / "base_hashes.json"
-
-
-def _load_cache() -> dict[str, str]:
-    try:
-        return json.loads(_cache_file().read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
 
 
 def _save_cache(cache: dict[str, str]) -> None:
