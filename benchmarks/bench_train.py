@@ -39,10 +39,6 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="inference timings to take the best of")
     a = ap.parse_args()
 
-    import torch
-
-    from hubcli.core.heads import HeadConfig
-    from hubcli.core.model import FullFinetuneModel
     from hubcli.train import TrainSettings, train
 
     out = Path(tempfile.mkdtemp()) / "bench-adapter"
@@ -63,12 +59,13 @@ def main() -> None:
         speeds = [infer_speed(model, task, loaded.tokenizer, dev, labels) for _ in range(a.repeats)]
         row["infer_examples_per_s"] = round(max(s for s, _ in speeds), 2)
         row["dev_accuracy"] = round(task.metrics(speeds[0][1], dev, labels)["accuracy"], 4)
-        # the bare base with an (untrained) head of the same shape: no adapter sites at all
-        torch.manual_seed(0)
-        bare = FullFinetuneModel(loaded.encoder.__class__.from_pretrained(loaded.info.path),
-                                 HeadConfig("sequence_classification", 2, tuple(labels))).eval()
+        # the same model with every adapter site switched off and only the head kept: the
+        # bare base's cost under the same head, in the same process and memory
+        name = manifest["name"]
+        model.deactivate()
+        model.active = name
         row["base_infer_examples_per_s"] = round(max(
-            infer_speed(bare, task, loaded.tokenizer, dev, labels)[0] for _ in range(a.repeats)), 2)
+            infer_speed(model, task, loaded.tokenizer, dev, labels)[0] for _ in range(a.repeats)), 2)
         row["adapter_infer_slowdown"] = round(
             row["base_infer_examples_per_s"] / row["infer_examples_per_s"] - 1, 4)
     print(json.dumps(row))
