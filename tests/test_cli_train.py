@@ -177,3 +177,9 @@ def test_damaged_config_file_is_named_not_a_traceback(tmp_path, hub_home):
     assert result.exit_code == 1
     assert f"{hub_home / 'config.json'}:2: not valid JSON" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_missing_adapter_folder_is_named(tmp_path):
+    result = run("predict", "./no-such-adapter", "text")
+    assert result.exit_code == 1
+    assert "./no-such-adapter: no such adapter folder" in result.stderr
