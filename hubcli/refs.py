@@ -22,7 +22,8 @@ def split_adapter_and_texts(args: list[str], notify: Callable[[str], None]) -> t
     Raises:
         UsageError: no adapter given and none was pulled before.
     """
-    if args and args[0].startswith(("./", "../", "/", "~")) and not Path(args[0]).expanduser().is_dir():
+    path_like = bool(args) and args[0].startswith(("./", "../", "/", "~"))
+    if path_like and not Path(args[0]).expanduser().is_dir():
         raise UsageError(f"{args[0]}: no such adapter folder",
                          hint="point at a folder written by `hub train --out`, or NS/NAME")
     if args and looks_like_adapter(args[0]):
