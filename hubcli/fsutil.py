@@ -11,18 +11,21 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 CHUNK = 1 << 20
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:
-    """Write `data` to `path` via a temp file in the same folder and an atomic rename."""
+@contextmanager
+def atomic_writer(path: Path, *, mode: int | None = None) -> Iterator[BinaryIO]:
+    """A binary file to write; on success it is synced and renamed onto `path` in one step.
+    On failure the temp file is removed and `path` is left as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         if mode is not None:
@@ -31,6 +34,18 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> N
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:
+    """Write `data` to `path` via a temp file in the same folder and an atomic rename."""
+    with atomic_writer(path, mode=mode) as f:
+        f.write(data)
+
+
+def atomic_copy(source: Path, path: Path, *, mode: int | None = None) -> None:
+    """Copy `source` to `path` in 1 MiB chunks, atomically (never half-copied)."""
+    with atomic_writer(path, mode=mode) as f, open(source, "rb") as src:
+        shutil.copyfileobj(src, f, CHUNK)
 
 
 def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None:

@@ -7,7 +7,6 @@ LayerNorm deltas, head) get gradients; with `full_finetune` every weight does (t
 
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hubcli.errors import DataError, UsageError
+from hubcli.fsutil import sha256_file
 from hubcli.tasks import get_task
 from hubcli.tasks.base import Columns
 
@@ -64,8 +64,7 @@ class TrainResult:
 
 
 def data_digest(path: Path, examples: int, fmt: str | None) -> dict[str, Any]:
-    h = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    out = {"name": Path(path).name, "sha256": h, "examples": examples}
+    out = {"name": Path(path).name, "sha256": sha256_file(Path(path)), "examples": examples}
     if fmt:
         out["format"] = fmt
     return out

@@ -7,9 +7,7 @@ rename on disk; an S3 PUT or completed multipart upload is all-or-nothing) and i
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +19,8 @@ from urllib.parse import urlparse
 from flask import Flask, Response, current_app, request
 from werkzeug.exceptions import RequestedRangeNotSatisfiable
 from werkzeug.wsgi import wrap_file
+
+from hubcli.fsutil import atomic_copy
 
 EXTENSION = "registry_storage"
 CHUNK = 1 << 20
@@ -120,20 +120,8 @@ class DiskStorage(BlobStorage):
 
     def put(self, sha256: str, source: Path) -> None:
         final = self.path(sha256)
-        if final.exists():
-            return
-        final.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=f".{sha256}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
-                shutil.copyfileobj(src, out, CHUNK)
-                out.flush()
-                os.fsync(out.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, final)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        if not final.exists():
+            atomic_copy(source, final, mode=0o644)
 
     def copy_to(self, sha256: str, dest: Path) -> None:
         shutil.copyfile(self.path(sha256), dest)
