@@ -15,6 +15,7 @@ R=$(mktemp -d)
 "$PEER" "$SHARED/anchor_adapters.py" --train "$D/train.tsv" --dev "$D/dev.tsv" | tail -1 >"$R/peer_adapter.json"
 "$PEER" "$SHARED/anchor_adapters.py" --train "$D/train.tsv" --dev "$D/dev.tsv" --full-finetune | tail -1 >"$R/peer_full.json"
 .venv/bin/python benchmarks/bench_train.py --train "$D/train.tsv" --dev "$D/dev.tsv" | tail -1 >"$R/hub_adapter.json"
+.venv/bin/python benchmarks/bench_train.py --train "$D/train.tsv" --dev "$D/dev.tsv" --precision fp32 | tail -1 >"$R/hub_adapter_fp32.json"
 .venv/bin/python benchmarks/bench_train.py --train "$D/train.tsv" --dev "$D/dev.tsv" --full-finetune | tail -1 >"$R/hub_full.json"
 
 # whole-process predict on one sentence (best of 3 each)
@@ -30,10 +31,14 @@ import json, sys
 r, peer_s, hub_s = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 load = lambda n: json.load(open(f"{r}/{n}.json"))
 pa, pf, ha, hf = load("peer_adapter"), load("peer_full"), load("hub_adapter"), load("hub_full")
-for n, row in (("peer adapter", pa), ("peer full", pf), ("hub adapter", ha), ("hub full", hf)):
-    print(f"{n:13s} {json.dumps(row)}")
-print(f"train throughput hub adapter / peer adapter : {ha['train_examples_per_s'] / pa['train_examples_per_s']:.2f}x  (target >= 2.5x)")
-print(f"train throughput hub adapter / hub full     : {ha['train_examples_per_s'] / hf['train_examples_per_s']:.2f}x  (target >= 1.0x)")
+h32 = load("hub_adapter_fp32")
+for n, row in (("peer adapter", pa), ("peer full", pf), ("hub adapter", ha),
+               ("hub adapter fp32", h32), ("hub full", hf)):
+    print(f"{n:16s} {json.dumps(row)}")
+speed = lambda row: row["train_examples_per_s"]
+print(f"train throughput hub adapter / peer adapter : {speed(ha) / speed(pa):.2f}x  (target >= 2.5x; hub precision {ha['precision']})")
+print(f"  the same with hub forced to fp32          : {speed(h32) / speed(pa):.2f}x")
+print(f"train throughput hub adapter / hub full     : {speed(ha) / speed(hf):.2f}x  (target >= 1.0x, both {hf['precision']})")
 print(f"inference slowdown, adapter vs bare base    : {100 * ha['adapter_infer_slowdown']:.1f}%  (target <= 10%)")
 print(f"dev accuracy hub adapter {ha['dev_accuracy']}, peer adapter {pa['dev_accuracy']}")
 print(f"predict one sentence, whole process         : hub {hub_s:.2f}s, peer {peer_s:.2f}s  (target: hub faster)")

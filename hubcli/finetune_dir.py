@@ -40,18 +40,18 @@ def write_finetune_dir(out: Path, model, base, task: str, training: dict, metric
 def load_finetune_dir(path: Path):
     """A Predictor over a full fine-tune folder."""
     from safetensors.torch import load_file
-    from transformers import AutoModel, AutoTokenizer
 
+    from hubcli.core.base import load_encoder, load_tokenizer, read_model_type
     from hubcli.core.heads import HeadConfig
     from hubcli.core.model import FullFinetuneModel
     from hubcli.inference import Predictor
     from hubcli.tasks import get_task
 
-    doc = json.loads((Path(path) / MARKER).read_text())
+    path = Path(path)
+    doc = json.loads((path / MARKER).read_text())
     head = HeadConfig.from_manifest(doc["head"])
-    model = FullFinetuneModel(AutoModel.from_pretrained(path), head)
-    model.head.load_state_dict(load_file(str(Path(path) / "head.safetensors")))
+    model = FullFinetuneModel(load_encoder(path, read_model_type(path)), head)
+    model.head.load_state_dict(load_file(str(path / "head.safetensors")))
     model.eval()
-    return Predictor(model, AutoTokenizer.from_pretrained(path), get_task(doc["task"]),
-                     list(head.labels), int(doc["training"].get("max_length", 128)), None,
-                     Path(path))
+    return Predictor(model, load_tokenizer(path), get_task(doc["task"]), list(head.labels),
+                     int(doc["training"].get("max_length", 128)), None, path)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from hubcli import precision
 from hubcli.errors import DataError, UsageError
 from hubcli.fsutil import sha256_file
 from hubcli.tasks import get_task
@@ -43,6 +44,7 @@ class TrainSettings:
     warmup_ratio: float = 0.1
     pooling: str = "mean"
     full_finetune: bool = False
+    precision: str = "auto"  # see hubcli/precision.py
     name: str | None = None
     version: str = "0.1.0"
     description: str | None = None
@@ -106,6 +108,7 @@ def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
 
     if (s.epochs is not None and s.epochs < 1) or s.batch_size < 1 or s.max_length < 8:
         raise UsageError("--epochs and --batch-size must be >= 1 and --max-length >= 8")
+    s = replace(s, precision=precision.resolve(s.precision))
     task = get_task(s.task)
     train_ex = task.read(Path(s.train), fmt=s.fmt, columns=s.columns)
     val_ex = task.read(Path(s.validation), fmt=s.fmt, columns=s.columns) if s.validation else []
@@ -192,8 +195,9 @@ class _Run:
             t0, total_loss = time.perf_counter(), 0.0
             for idx in training_batches(len(train_feats), lengths, s.batch_size, rng):
                 batch = task.collate([train_feats[i] for i in idx])
-                loss = task.loss(self.model(batch["input_ids"], batch["attention_mask"],
-                                            batch.get("token_type_ids")), batch)
+                with precision.autocast(s.precision):
+                    loss = task.loss(self.model(batch["input_ids"], batch["attention_mask"],
+                                                batch.get("token_type_ids")), batch)
                 loss.backward()
                 opt.step()
                 sched.step()
@@ -227,7 +231,7 @@ class _Run:
         s, counts = self.s, self.parameter_counts()
         training = {"epochs": s.epochs, "best_epoch": best_epoch, "learning_rate": s.learning_rate,
                     "batch_size": s.batch_size, "max_length": s.max_length, "seed": s.seed,
-                    "warmup_ratio": s.warmup_ratio, "optimizer": "AdamW",
+                    "warmup_ratio": s.warmup_ratio, "precision": s.precision, "optimizer": "AdamW",
                     "schedule": "linear warmup then linear decay", **digests}
         metrics = {"primary": self.task.primary_metric, "validation": history}
         if best_epoch is not None:

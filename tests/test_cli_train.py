@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
+import torch
+from safetensors.torch import load_file
 from click.testing import CliRunner
 
 from hubcli import manifest as manifest_io
@@ -183,3 +186,39 @@ def test_missing_adapter_folder_is_named(tmp_path):
     result = run("predict", "./no-such-adapter", "text")
     assert result.exit_code == 1
     assert "./no-such-adapter: no such adapter folder" in result.stderr
+
+
+def test_training_precision_is_resolved_and_recorded(trained, tiny_base_dir, tmp_path):
+    from hubcli import precision
+
+    out, _ = trained
+    assert manifest_io.read(out)["training"]["precision"] == precision.resolve("auto")
+    train, dev = sample_dataset()
+    result = run("train", "--base", tiny_base_dir, "--train", train, "--validation", dev,
+                 "--out", tmp_path / "bf16", "--epochs", 1, "--bottleneck", 8,
+                 "--max-length", 32, "--precision", "bf16", "--quiet")
+    assert result.exit_code == 0, result.output
+    m = manifest_io.read(tmp_path / "bf16")
+    assert m["training"]["precision"] == "bf16"
+    assert math.isfinite(m["metrics"]["validation"][0]["train_loss"])
+    # autocast leaves the trained tensors float32: only the matrix products ran in bf16
+    tensors = load_file(str(tmp_path / "bf16" / "adapter.safetensors"))
+    assert {t.dtype for t in tensors.values()} == {torch.float32}
+    assert tensors["adapters.0.ffn_output.up.weight"].abs().max().item() > 2e-3  # moved from init
+
+
+def test_auto_precision_follows_the_cpu(monkeypatch):
+    from hubcli import precision
+    from hubcli.errors import UsageError
+
+    monkeypatch.setattr(precision, "native_bf16", lambda: False)
+    assert precision.resolve("auto") == "fp32"
+    monkeypatch.setattr(precision, "native_bf16", lambda: True)
+    assert precision.resolve("auto") == "bf16" and precision.resolve("fp32") == "fp32"
+    with pytest.raises(UsageError, match="'fp16' is not one of auto, fp32, bf16"):
+        precision.resolve("fp16")
+    lin = torch.nn.Linear(4, 4)
+    with precision.autocast("bf16"):
+        assert lin(torch.ones(2, 4)).dtype == torch.bfloat16
+    with precision.autocast("fp32"):
+        assert lin(torch.ones(2, 4)).dtype == torch.float32

@@ -78,6 +78,9 @@ def attach_options(f):
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--pooling", type=click.Choice(["mean", "cls"]), default="mean", show_default=True)
 @click.option("--full-finetune", is_flag=True, help="train every weight (the paper's baseline)")
+@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16"]), default="auto",
+              show_default=True, help="bf16: matrix products in bfloat16 under autocast, weights "
+              "and loss in fp32; auto: bf16 where the CPU has AVX512-BF16 or AMX")
 @click.option("--name", help="adapter name [default: the output folder's name]")
 @click.option("--version", "version", default="0.1.0", show_default=True)
 @click.option("--description", help="one-line description for the model card")

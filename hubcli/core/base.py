@@ -99,16 +99,8 @@ def load_base(ref: str | None = None, *, revision: str | None = None) -> LoadedB
     name, path = resolve_base(ref, revision)
     config = read_model_type(path)
     targets_for(config.get("model_type", "?"))  # refuse unsupported types before loading weights
-    from transformers import AutoModel, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # our own progress output is enough
-    hf_logging.set_verbosity_error()
-    try:
-        encoder = AutoModel.from_pretrained(path, attn_implementation="sdpa")
-        tokenizer = AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError) as e:
-        raise ModelError(f"could not load base model from {path}: {e}") from None
+    encoder = load_encoder(path, config)
+    tokenizer = load_tokenizer(path)
     encoder.eval()
     info = BaseInfo(
         name=name, path=str(path), revision=revision, content_hash=content_hash(path),
@@ -118,6 +110,54 @@ def load_base(ref: str | None = None, *, revision: str | None = None) -> LoadedB
         embedding_size=getattr(encoder.config, "embedding_size", None))
     remember_base(info)
     return LoadedBase(encoder, tokenizer, info)
+
+
+def load_encoder(path: Path, config: dict):
+    """The encoder in `path`: the compact BERT when it covers the model, else `AutoModel`.
+
+    Raises:
+        ModelError: the weights cannot be read.
+    """
+    from hubcli.core import bert
+
+    try:
+        if bert.supports(config, path):
+            return bert.CompactBert.from_pretrained(path, config)
+        from transformers import AutoModel
+
+        _quiet_transformers()
+        return AutoModel.from_pretrained(path, attn_implementation="sdpa")
+    except (OSError, ValueError, KeyError) as e:
+        raise ModelError(f"could not load base model from {path}: {e}") from None
+
+
+def load_tokenizer(path: Path):
+    """The tokenizer in `path`, importing only its own class when tokenizer_config.json names
+    one (`AutoTokenizer` pulls in torch and more, ~1.5 s).
+
+    Raises:
+        ModelError: the tokenizer cannot be loaded.
+    """
+    import transformers
+
+    _quiet_transformers()
+    try:
+        named = json.loads((path / "tokenizer_config.json").read_text()).get("tokenizer_class")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        named = None
+    cls = getattr(transformers, named, None) if isinstance(named, str) and named.isidentifier() \
+        else None
+    try:
+        return (cls or transformers.AutoTokenizer).from_pretrained(path)
+    except (OSError, ValueError, TypeError) as e:
+        raise ModelError(f"could not load the tokenizer from {path}: {e}") from None
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own progress output is enough
+    hf_logging.set_verbosity_error()
 
 
 def _known_bases_file() -> Path:
