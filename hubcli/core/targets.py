@@ -1,7 +1,8 @@
 """Where adapters go, per model type. Data, not code: supporting another BERT-shaped encoder
 is one more row here.
 
-Paths are attribute paths inside the model loaded by `AutoModel`:
+Paths are attribute paths inside the loaded encoder (`AutoModel`'s, or the compact BERT in
+`bert.py`, which keeps the same names):
 - `layers`: the ModuleList of transformer layers;
 - `adapters`: per placement, the Linear inside one layer whose output the adapter transforms
   (the sublayer's output projection, before its residual add and LayerNorm);
