@@ -40,7 +40,7 @@ def main() -> None:
     ap.add_argument("--full-finetune", action="store_true")
     ap.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto",
                     help="training precision, as `hub train --precision` (default: auto)")
-    ap.add_argument("--repeats", type=int, default=3, help="inference timings to take the best of")
+    ap.add_argument("--repeats", type=int, default=5, help="inference timings to take the best of")
     a = ap.parse_args()
 
     from hubcli import precision
