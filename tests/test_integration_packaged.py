@@ -63,3 +63,18 @@ def test_train_then_predict_on_the_packaged_base(tmp_path):
     pred = runner.invoke(cli, ["predict", str(out), "--json", "an absolute delight from start to finish"])
     assert pred.exit_code == 0, pred.output
     assert json.loads(pred.stdout)["label"] == "positive"
+
+
+def test_compact_encoder_matches_transformers_on_the_packaged_base(packaged):
+    from transformers import BertModel
+
+    from hubcli.core.bert import CompactBert
+
+    assert isinstance(packaged.encoder, CompactBert)
+    reference = BertModel.from_pretrained(packaged.info.path, attn_implementation="sdpa").eval()
+    enc = packaged.tokenizer(["a gripping, beautifully acted film", "dull"], ["ok", "the plot"],
+                             padding=True, return_tensors="pt")
+    real = enc["attention_mask"].bool()
+    with torch.no_grad():
+        diff = packaged.encoder(**enc).last_hidden_state - reference(**enc).last_hidden_state
+    assert diff[real].abs().max().item() <= 1e-6
