@@ -61,17 +61,18 @@ def paired_slowdown(model, name: str, task, feats: list[dict], repeats: int) -> 
 
 
 def main() -> None:
+    from hubcli import precision
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--train", required=True, type=Path)
     ap.add_argument("--dev", required=True, type=Path)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--full-finetune", action="store_true")
-    ap.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto",
+    ap.add_argument("--precision", choices=precision.CHOICES, default="auto",
                     help="training precision, as `hub train --precision` (default: auto)")
     ap.add_argument("--repeats", type=int, default=5, help="inference timings to take the best of")
     a = ap.parse_args()
 
-    from hubcli import precision
     from hubcli.train import TrainSettings, train
 
     out = Path(tempfile.mkdtemp()) / "bench-adapter"

@@ -41,7 +41,7 @@ def load_finetune_dir(path: Path):
     """A Predictor over a full fine-tune folder."""
     from safetensors.torch import load_file
 
-    from hubcli.core.base import load_encoder, load_tokenizer, read_model_type
+    from hubcli.core.base import load_encoder, load_tokenizer, read_config
     from hubcli.core.heads import HeadConfig
     from hubcli.core.model import FullFinetuneModel
     from hubcli.inference import Predictor
@@ -50,7 +50,7 @@ def load_finetune_dir(path: Path):
     path = Path(path)
     doc = json.loads((path / MARKER).read_text())
     head = HeadConfig.from_manifest(doc["head"])
-    model = FullFinetuneModel(load_encoder(path, read_model_type(path)), head)
+    model = FullFinetuneModel(load_encoder(path, read_config(path)), head)
     model.head.load_state_dict(load_file(str(path / "head.safetensors")))
     model.eval()
     return Predictor(model, load_tokenizer(path), get_task(doc["task"]), list(head.labels),

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from hubcli import precision
 from hubcli.cli.output import echo_json, notice, table
 from hubcli.errors import UsageError
 
@@ -78,7 +79,7 @@ def attach_options(f):
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--pooling", type=click.Choice(["mean", "cls"]), default="mean", show_default=True)
 @click.option("--full-finetune", is_flag=True, help="train every weight (the paper's baseline)")
-@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16"]), default="auto",
+@click.option("--precision", type=click.Choice(precision.CHOICES), default="auto",
               show_default=True, help="bf16: matrix products in bfloat16 under autocast, weights "
               "and loss in fp32; auto: bf16 where the CPU has AVX512-BF16 or AMX")
 @click.option("--name", help="adapter name [default: the output folder's name]")

@@ -80,7 +80,12 @@ def resolve_base(ref: str | None, revision: str | None = None) -> tuple[str, Pat
                          "download it and pass the local folder") from e
 
 
-def read_model_type(model_dir: Path) -> dict:
+def read_config(model_dir: Path) -> dict:
+    """The model folder's config.json.
+
+    Raises:
+        ModelError: it is missing or not JSON.
+    """
     try:
         return json.loads((model_dir / "config.json").read_text())
     except (FileNotFoundError, json.JSONDecodeError) as e:
@@ -97,7 +102,7 @@ def load_base(ref: str | None = None, *, revision: str | None = None) -> LoadedB
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     name, path = resolve_base(ref, revision)
-    config = read_model_type(path)
+    config = read_config(path)
     targets_for(config.get("model_type", "?"))  # refuse unsupported types before loading weights
     encoder = load_encoder(path, config)
     tokenizer = load_tokenizer(path)

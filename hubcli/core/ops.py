@@ -8,6 +8,8 @@ per step on (32, L, 384) tensors). Drawing 64 random bits at once and reading th
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 _SPAN = 1 << 16
@@ -15,9 +17,7 @@ _SPAN = 1 << 16
 
 def keep_mask(shape: torch.Size, p: float, device: torch.device) -> torch.Tensor:
     """A boolean mask that is True with probability 1 - p (to within 2^-16) per element."""
-    n = 1
-    for s in shape:
-        n *= s
+    n = math.prod(shape)
     words = torch.randint(-(1 << 63), (1 << 63) - 1, ((n + 3) // 4,), dtype=torch.int64,
                           device=device)
     halves = words.view(torch.int16)[:n]
