@@ -68,8 +68,8 @@ def main() -> None:
         os.environ["HUB_HOME"] = str(tmp / "home")
         from factories import make_signed_bundle
 
-        from hubcli import remote as remote_api
-        from hubcli.pull import pull
+        from hubcli.remote import client as remote_api
+        from hubcli.remote.pull import pull
         from hubcli.signing.sign import create_signing_key
 
         server, url, token = serve(tmp / "instance")

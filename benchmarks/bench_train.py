@@ -24,7 +24,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def infer_speed(model, task, tokenizer, examples, labels) -> tuple[float, list[dict]]:
-    from hubcli.inference import run_model
+    from hubcli.local.inference import run_model
 
     t0 = time.perf_counter()
     feats = task.encode(examples, tokenizer, labels, 128, with_targets=False)
@@ -42,7 +42,7 @@ def paired_slowdown(model, name: str, task, feats: list[dict], repeats: int) -> 
     """
     import torch
 
-    from hubcli.batching import inference_batches
+    from hubcli.local.batching import inference_batches
 
     batches = [task.collate([feats[i] for i in idx]) for idx in inference_batches(feats, 64)]
     best = {True: [float("inf")] * len(batches), False: [float("inf")] * len(batches)}
@@ -61,7 +61,7 @@ def paired_slowdown(model, name: str, task, feats: list[dict], repeats: int) -> 
 
 
 def main() -> None:
-    from hubcli import precision
+    from hubcli.local import precision
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--train", required=True, type=Path)
@@ -73,7 +73,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5, help="inference timings to take the best of")
     a = ap.parse_args()
 
-    from hubcli.train import TrainSettings, train
+    from hubcli.local.train import TrainSettings, train
 
     out = Path(tempfile.mkdtemp()) / "bench-adapter"
     s = TrainSettings(train=a.train, validation=None, out=out, epochs=a.epochs, batch_size=32,
@@ -85,7 +85,7 @@ def main() -> None:
            "trainable_params": result.parameters["trainable"],
            "train_examples_per_s": round(result.examples_per_second, 2)}
     if not a.full_finetune:
-        from hubcli.attach import attach_to_fresh_base
+        from hubcli.local.attach import attach_to_fresh_base
         from hubcli.tasks import get_task
 
         model, loaded, manifest = attach_to_fresh_base(out, allow_unsigned=True)

@@ -21,7 +21,7 @@ class AdapterHub:
 
     def __init__(self, base: str | None = None, *,
                  notify: Callable[[str], None] = lambda _m: None) -> None:
-        from hubcli.core.base import load_base
+        from hubcli.base.load import load_base
         from hubcli.core.model import AdapterModel
 
         self.base = load_base(base)
@@ -37,7 +37,7 @@ class AdapterHub:
         Raises:
             SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError.
         """
-        from hubcli.attach import attach
+        from hubcli.local.attach import attach
 
         manifest = attach(self.model, self.base.info, Path(directory), name=name,
                           allow_unsigned=allow_unsigned, allow_base_mismatch=allow_base_mismatch,
@@ -68,7 +68,7 @@ class AdapterHub:
             AdapterError: no such adapter, or none active.
         """
         from hubcli.errors import AdapterError
-        from hubcli.inference import Predictor
+        from hubcli.local.inference import Predictor
         from hubcli.tasks import get_task
 
         name = adapter or self.model.active

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hubcli.errors import UsageError
-from hubcli.local_registry import LocalRegistry
+from registry_server.in_process import LocalRegistry
 
 ADAPTER_NAME = "sentiment-adapter"
 USER = "demo"
@@ -123,9 +123,10 @@ def run(settings: QuickstartSettings,
 
 def _loop(s: QuickstartSettings, workdir: Path, registry: LocalRegistry, step: _Steps,
           into: QuickstartResult) -> None:
-    from hubcli import credentials, remote
+    from hubcli.remote import credentials
+    from hubcli.remote import client as remote
     from hubcli.bundle import make_bundle
-    from hubcli.pull import pull
+    from hubcli.remote.pull import pull
     from hubcli.signing import keys
     from hubcli.signing.sign import PASSPHRASE_ENV, create_signing_key, sign_bundle
 
@@ -160,7 +161,7 @@ def _loop(s: QuickstartSettings, workdir: Path, registry: LocalRegistry, step: _
         result = pull(f"{pushed.repo_id}@{pushed.version}", target)
         detail.append(f"verified, signed by {result.signer}")
     with step("load") as detail:
-        from hubcli.inference import load_predictor
+        from hubcli.local.inference import load_predictor
 
         predictor = load_predictor(Path(result.record.path))
         detail.append(result.base)
@@ -175,7 +176,7 @@ def _loop(s: QuickstartSettings, workdir: Path, registry: LocalRegistry, step: _
 def _train(s: QuickstartSettings, workdir: Path) -> tuple[Path, str]:
     """Train the sentiment adapter into workdir; returns (folder, one-line summary)."""
     from hubcli.data import sample_dataset
-    from hubcli.train import TrainSettings, train
+    from hubcli.local.train import TrainSettings, train
 
     train_tsv, dev_tsv = sample_dataset()
     if s.sample is not None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from hubcli.manifest import WEIGHTS
+from hubcli.format.manifest import WEIGHTS
 from registry_server import hf_commit
 from registry_server.auth import current_user, require_token, require_user
 from registry_server.db import db

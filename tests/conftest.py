@@ -70,10 +70,10 @@ def signed_dir(bundle_dir):
 
 @pytest.fixture(scope="module")
 def live_registry(tmp_path_factory):
-    """Our registry (hubcli.local_registry: the real app over SQLite and a temp blob folder),
+    """Our registry (registry_server.in_process: the real app over SQLite and a temp blob folder),
     served from a thread on a free localhost port and shared by a test module. Tests keep
     apart by using their own user (`registry_user`)."""
-    from hubcli.local_registry import LocalRegistry
+    from registry_server.in_process import LocalRegistry
 
     with LocalRegistry(tmp_path_factory.mktemp("registry")) as registry:
         yield registry
@@ -91,6 +91,6 @@ def registry_user(live_registry, request) -> tuple[str, str]:
 @pytest.fixture
 def remote(live_registry, registry_user):
     """A `Remote` for `live_registry` with `registry_user`'s token (no progress bars)."""
-    from hubcli.remote import Remote
+    from hubcli.remote.client import Remote
 
     return Remote(live_registry.url, registry_user[1], progress=False)

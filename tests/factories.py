@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import save_file
 
-from hubcli import manifest as manifest_io
-from hubcli.core.spec import expected_tensors
+from hubcli.format import manifest as manifest_io
+from hubcli.format.spec import expected_tensors
 
 BASE_PARAMETERS = 1_000_000
 

@@ -8,7 +8,7 @@ import torch
 from hubcli.api import AdapterHub
 from hubcli.data import ner_sample, sample_dataset
 from hubcli.errors import AdapterError
-from hubcli.train import TrainSettings, train
+from hubcli.local.train import TrainSettings, train
 
 
 def test_many_adapters_share_one_base(tiny_base_dir, tmp_path):

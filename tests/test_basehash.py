@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from safetensors.torch import save_file
 
-from hubcli.core import basehash
+from hubcli.base import hashing as basehash
 
 
 def tensors():

@@ -10,10 +10,10 @@ import torch
 from safetensors.torch import load_file
 from click.testing import CliRunner
 
-from hubcli import manifest as manifest_io
+from hubcli.format import manifest as manifest_io
 from hubcli.cli.main import cli
 from hubcli.data import ner_sample, sample_dataset
-from hubcli.finetune_dir import MARKER
+from hubcli.local.finetune_dir import MARKER
 
 
 def run(*args, input=None):
@@ -166,7 +166,7 @@ def test_bad_layer_list_is_a_usage_error(tiny_base_dir, tmp_path):
 
 
 def test_auto_epochs_gives_small_data_enough_steps():
-    from hubcli.train import auto_epochs
+    from hubcli.local.train import auto_epochs
 
     assert auto_epochs(67_349, 32) == 3  # SST-2: the paper's 3 epochs
     assert auto_epochs(14_041, 32) == 3  # CoNLL-2003
@@ -189,7 +189,7 @@ def test_missing_adapter_folder_is_named(tmp_path):
 
 
 def test_training_precision_is_resolved_and_recorded(trained, tiny_base_dir, tmp_path):
-    from hubcli import precision
+    from hubcli.local import precision
 
     out, _ = trained
     assert manifest_io.read(out)["training"]["precision"] == precision.resolve("auto")
@@ -208,7 +208,7 @@ def test_training_precision_is_resolved_and_recorded(trained, tiny_base_dir, tmp
 
 
 def test_auto_precision_follows_the_cpu(monkeypatch):
-    from hubcli import precision
+    from hubcli.local import precision
     from hubcli.errors import UsageError
 
     monkeypatch.setattr(precision, "native_bf16", lambda: False)

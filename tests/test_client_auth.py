@@ -8,8 +8,8 @@ import stat
 import pytest
 from click.testing import CliRunner
 
-from hubcli import credentials
-from hubcli import remote as remote_api
+from hubcli.remote import credentials
+from hubcli.remote import client as remote_api
 from hubcli.cli.main import cli
 from hubcli.errors import AuthError, RegistryError, SigningKeyError
 from hubcli.settings import load_config

@@ -6,10 +6,10 @@ import pytest
 from click.testing import CliRunner
 from factories import make_signed_bundle
 
-from hubcli import remote as remote_api
+from hubcli.remote import client as remote_api
 from hubcli.cli.main import cli
 from hubcli.errors import AuthError, NotFoundError, RegistryError
-from hubcli.pull import pull
+from hubcli.remote.pull import pull
 from hubcli.signing.sign import create_signing_key
 
 

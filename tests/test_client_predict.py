@@ -8,7 +8,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from hubcli import remote as remote_api
+from hubcli.remote import client as remote_api
 from hubcli.cli.main import cli
 from hubcli.data import sample_dataset
 from hubcli.signing.keys import public_key_path
@@ -71,7 +71,7 @@ def test_another_machine_trusts_the_registry_key_for_the_namespace(published, li
     repo_id, _, _ = published
     monkeypatch.setenv("HUB_HOME", str(tmp_path / "elsewhere"))
     remote = remote_api.Remote(live_registry.url, progress=False)
-    from hubcli.pull import pull
+    from hubcli.remote.pull import pull
 
     pull(repo_id, remote)
     result = run("predict", "a gripping film")

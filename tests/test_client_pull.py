@@ -10,11 +10,11 @@ import pytest
 from click.testing import CliRunner
 from factories import make_signed_bundle
 
-from hubcli import pulled
-from hubcli import remote as remote_api
+from hubcli.remote import pull_records as pulled
+from hubcli.remote import client as remote_api
 from hubcli.cli.main import cli
 from hubcli.errors import NotFoundError, RegistryError, TamperedError, UntrustedSignerError
-from hubcli.pull import describe_base, ensure_pulled, pull
+from hubcli.remote.pull import describe_base, ensure_pulled, pull
 from hubcli.settings import hub_home, load_config
 from hubcli.signing.sign import create_signing_key
 
@@ -171,7 +171,7 @@ def test_pull_from_hf_stand_in(remote, registry_user, published, monkeypatch):
 
 
 def test_describe_base():
-    from hubcli.baseref import packaged_base_hash
+    from hubcli.base.ref import packaged_base_hash
 
     base = {"name": "org/bert", "revision": "abc", "content_hash": "sha256:" + "12" * 32}
     assert describe_base({"base_model": base}) == (

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from factories import make_adapter_dir, make_signed_bundle
 
-from hubcli import remote as remote_api
+from hubcli.remote import client as remote_api
 from hubcli.bundle import make_bundle
 from hubcli.cli.main import cli
 from hubcli.errors import BundleError, ConflictError, NoSignatureError, RegistryError
@@ -86,7 +86,7 @@ def test_conflict_after_main_moved_on(pusher, tmp_path):
 
 def test_registry_409_maps_to_conflict_error(pusher, tmp_path):
     """A race the tag check cannot see (someone pushed in between): the registry's own 409."""
-    from hubcli.remote_errors import translated
+    from hubcli.remote.errors import translated
 
     remote, user = pusher
     repo_id = f"{user}/sst2-adapter"
@@ -170,7 +170,7 @@ def test_push_to_hf_uses_the_hub_settings(pusher, tmp_path, monkeypatch):
 
 
 def test_hf_target_respects_offline_mode(tmp_path):
-    from hubcli.credentials import hf_remote
+    from hubcli.remote.credentials import hf_remote
 
     create_signing_key()
     bundle = make_signed_bundle(tmp_path / "sst2-adapter", name="sst2-adapter")

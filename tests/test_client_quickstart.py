@@ -8,7 +8,9 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from hubcli import pulled, quickstart
+from hubcli import quickstart
+
+from hubcli.remote import pull_records as pulled
 from hubcli.cli.main import cli
 from hubcli.errors import UsageError
 from hubcli.settings import load_config

@@ -8,11 +8,11 @@ import pytest
 from click.testing import CliRunner
 from factories import make_signed_bundle
 
-from hubcli import remote as remote_api
-from hubcli.baseref import base_filter, packaged_base_hash
+from hubcli.remote import client as remote_api
+from hubcli.base.ref import base_filter, packaged_base_hash
 from hubcli.cli.main import cli
 from hubcli.errors import RegistryError, UsageError
-from hubcli.remote import SearchFilters
+from hubcli.remote.client import SearchFilters
 from hubcli.signing.sign import create_signing_key
 
 OTHER_BASE = "sha256:" + "ef" * 32
@@ -73,10 +73,10 @@ def test_base_filter_resolution(tmp_path):
 
 
 def test_base_filter_from_a_local_folder_and_ambiguity(tmp_path, monkeypatch):
-    from hubcli.core.base import packaged_base_path
+    from hubcli.base.load import packaged_base_path
 
     assert base_filter(str(packaged_base_path())) == (packaged_base_hash(), None)
-    monkeypatch.setattr("hubcli.baseref.known_bases", lambda: {
+    monkeypatch.setattr("hubcli.base.ref.known_bases", lambda: {
         "sha256:" + "01" * 32: {"name": "minilm-finetuned", "path": "/x"}})
     with pytest.raises(UsageError, match="matches several local bases"):
         base_filter("minilm")

@@ -7,11 +7,11 @@ import copy
 import pytest
 import torch
 
-from hubcli.core.base import load_base
+from hubcli.base.load import load_base
 from hubcli.core.config import HoulsbyConfig
 from hubcli.core.heads import HeadConfig
 from hubcli.core.model import AdapterModel
-from hubcli.core.spec import adapter_param_count, expected_tensors
+from hubcli.format.spec import adapter_param_count, expected_tensors
 from hubcli.errors import AdapterError, UnsupportedModelError
 
 HEAD = HeadConfig("sequence_classification", 2, ("neg", "pos"))

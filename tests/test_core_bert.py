@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from hubcli.core import ops
-from hubcli.core.base import load_encoder
+from hubcli.base.load import load_encoder
 from hubcli.core.bert import CompactBert, supports
 from hubcli.core.config import HoulsbyConfig
 from hubcli.core.heads import HeadConfig
@@ -139,7 +139,7 @@ def test_saved_folder_reads_back_in_transformers(tmp_path, tiny_base_dir, batch)
 
 
 def test_predicting_never_imports_transformers_modelling_code(tiny_base_dir):
-    code = ("import sys; from hubcli.core.base import load_base; b = load_base(sys.argv[1]); "
+    code = ("import sys; from hubcli.base.load import load_base; b = load_base(sys.argv[1]); "
             "b.encoder(**b.tokenizer(['hi there'], return_tensors='pt')); "
             "print(sorted(m for m in ('transformers.modeling_utils', 'torch._dynamo', "
             "'transformers.models.bert.modeling_bert') if m in sys.modules))")

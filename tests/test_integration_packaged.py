@@ -9,7 +9,7 @@ import torch
 from click.testing import CliRunner
 
 from hubcli.cli.main import cli
-from hubcli.core.base import DEFAULT_BASE_NAME, load_base
+from hubcli.base.load import DEFAULT_BASE_NAME, load_base
 from hubcli.core.config import HoulsbyConfig
 from hubcli.core.model import AdapterModel
 from hubcli.data import sample_dataset

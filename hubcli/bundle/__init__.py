@@ -7,8 +7,8 @@ model card) and, once signed, model.sig. Torch-free: the registry server checks 
 
 from hubcli.bundle.build import make_bundle
 from hubcli.bundle.card import render_model_card
-from hubcli.bundle.check import ALLOWED_FILES, README, SIGNATURE, check_bundle
-from hubcli.bundle.safetensors_header import read_safetensors_header
+from hubcli.format.bundle_rules import ALLOWED_FILES, README, SIGNATURE, check_bundle
+from hubcli.format.safetensors_header import read_safetensors_header
 
 __all__ = ["ALLOWED_FILES", "README", "SIGNATURE", "check_bundle", "make_bundle",
            "read_safetensors_header", "render_model_card"]

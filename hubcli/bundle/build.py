@@ -6,13 +6,13 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from hubcli import manifest as manifest_io
+from hubcli.format import manifest as manifest_io
 from hubcli.bundle.card import render_model_card
-from hubcli.bundle.check import (README, SIGNATURE, check_listed_files, check_names,
+from hubcli.format.bundle_rules import (README, SIGNATURE, check_listed_files, check_names,
                                  check_weights, hash_files, list_files)
 from hubcli.errors import BundleError
 from hubcli.fsutil import atomic_write_bytes, sha256_file
-from hubcli.manifest import MANIFEST, WEIGHTS
+from hubcli.format.manifest import MANIFEST, WEIGHTS
 
 
 def make_bundle(directory: Path) -> dict[str, Any]:

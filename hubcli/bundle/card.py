@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hubcli.manifest import WEIGHTS
+from hubcli.format.manifest import WEIGHTS
 
 LIBRARY_NAME = "adapter-hub"
 ADAPTER_TAG = "houlsby-adapter"

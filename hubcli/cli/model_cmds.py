@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from hubcli import precision
+from hubcli.local import precision
 from hubcli.cli.output import echo_json, notice, table
 from hubcli.errors import UsageError
 
@@ -90,7 +90,7 @@ def attach_options(f):
 def train_cmd(train_path, fmt, text_column, text_pair_column, label_column, layers, as_json,
               **opts) -> None:
     """Train a Houlsby adapter on a frozen base model."""
-    from hubcli.train import TrainSettings, train
+    from hubcli.local.train import TrainSettings, train
 
     s = TrainSettings(train=train_path, fmt=fmt, layers=parse_layers(layers),
                       columns=columns(text_column, text_pair_column, label_column), **opts)
@@ -119,7 +119,7 @@ def train_cmd(train_path, fmt, text_column, text_pair_column, label_column, laye
 def eval_cmd(adapter, data, fmt, text_column, text_pair_column, label_column, as_json,
              **attach) -> None:
     """Score an adapter on labelled data."""
-    from hubcli.inference import load_predictor
+    from hubcli.local.inference import load_predictor
 
     predictor = load_predictor(adapter, notify=notice, **attach)
     examples = predictor.task.read(data, fmt=fmt,
@@ -142,8 +142,8 @@ def predict_cmd(args, as_json, **attach) -> None:
 
     ADAPTER is a local folder or NS/NAME[@VERSION]; without it, the last adapter pulled.
     """
-    from hubcli.inference import load_predictor
-    from hubcli.refs import split_adapter_and_texts
+    from hubcli.local.inference import load_predictor
+    from hubcli.remote.refs import split_adapter_and_texts
 
     adapter, texts = split_adapter_and_texts(list(args), notify=notice)
     if not texts and not sys.stdin.isatty():

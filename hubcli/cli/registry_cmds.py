@@ -20,7 +20,7 @@ QUIET = click.option("--quiet", is_flag=True, help="no progress bars or notices"
 
 def _remote(target: str, registry: str | None, token: str | None, quiet: bool):
     """Our registry, or the Hugging Face Hub; progress bars only on a terminal."""
-    from hubcli import credentials
+    from hubcli.remote import credentials
     from hubcli.errors import UsageError
 
     progress = not quiet and sys.stderr.isatty()
@@ -43,7 +43,7 @@ def _say(quiet: bool):
 def login(registry: str | None, token: str | None) -> None:
     """Log in to a registry: check the token, store it (owner-only) under HUB_HOME, and use
     the registry by default. The token is read from --token, stdin, or a prompt."""
-    from hubcli import credentials
+    from hubcli.remote import credentials
 
     if token is None:
         token = (sys.stdin.readline() if not sys.stdin.isatty()
@@ -57,7 +57,7 @@ def login(registry: str | None, token: str | None) -> None:
 @REGISTRY
 def logout(registry: str | None) -> None:
     """Forget the token stored for a registry."""
-    from hubcli import credentials
+    from hubcli.remote import credentials
 
     url = credentials.logout(registry)
     click.echo(f"logged out of {url}" if url else "no token was stored for "
@@ -70,7 +70,7 @@ def logout(registry: str | None) -> None:
 @JSON
 def whoami(registry: str | None, token: str | None, as_json: bool) -> None:
     """Show who the registry thinks you are."""
-    from hubcli import remote as remote_api
+    from hubcli.remote import client as remote_api
 
     target = _remote("registry", registry, token, quiet=True)
     who = remote_api.whoami(target)
@@ -96,7 +96,7 @@ def keys() -> None:
                                           "your `hub keygen --name`]")
 def keys_upload(registry: str | None, token: str | None, name: str) -> None:
     """Register the public key made by `hub keygen` with the registry."""
-    from hubcli import remote as remote_api
+    from hubcli.remote import client as remote_api
 
     key, created = remote_api.upload_own_key(_remote("registry", registry, token, True), name)
     click.echo(f"{'registered' if created else 'already registered'}: {key['key_id']}")
@@ -108,7 +108,7 @@ def keys_upload(registry: str | None, token: str | None, name: str) -> None:
 @JSON
 def keys_list(registry: str | None, token: str | None, as_json: bool) -> None:
     """List the signing keys registered to you."""
-    from hubcli import remote as remote_api
+    from hubcli.remote import client as remote_api
 
     items = remote_api.list_keys(_remote("registry", registry, token, True))
     if as_json:
@@ -133,7 +133,7 @@ def keys_list(registry: str | None, token: str | None, as_json: bool) -> None:
 def push(directory: Path, target: str, repo: str | None, private: bool, registry: str | None,
          token: str | None, quiet: bool, as_json: bool) -> None:
     """Publish a signed bundle; its manifest's version becomes a tag."""
-    from hubcli import remote as remote_api
+    from hubcli.remote import client as remote_api
 
     remote = _remote(target, registry, token, quiet)
     result = remote_api.push_bundle(remote, directory, repo_id=repo, private=private,
@@ -164,7 +164,7 @@ def push(directory: Path, target: str, repo: str | None, private: bool, registry
 def pull(ref: str, source: str, allow_unsigned: bool, registry: str | None, token: str | None,
          quiet: bool, as_json: bool) -> None:
     """Download an adapter, verify it, and make it the one `hub predict` uses by default."""
-    from hubcli.pull import pull as pull_adapter
+    from hubcli.remote.pull import pull as pull_adapter
 
     result = pull_adapter(ref, _remote(source, registry, token, quiet),
                           allow_unsigned=allow_unsigned, notify=_say(quiet))
@@ -199,8 +199,8 @@ def pull(ref: str, source: str, allow_unsigned: bool, registry: str | None, toke
 def search(words: tuple[str, ...], base: str | None, registry: str | None, token: str | None,
            as_json: bool, **filters) -> None:
     """Find adapters on the registry: hub search sentiment --base minilm."""
-    from hubcli import remote as remote_api
-    from hubcli.baseref import base_filter
+    from hubcli.remote import client as remote_api
+    from hubcli.base.ref import base_filter
 
     base_hash, base_model = base_filter(base) if base else (None, None)
     query = remote_api.SearchFilters(text=" ".join(words), base_hash=base_hash,

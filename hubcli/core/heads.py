@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from hubcli.core.spec import HEAD_TYPES
+from hubcli.format.spec import HEAD_TYPES
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from torch import nn
 from hubcli.core.config import PLACEMENTS, HoulsbyConfig
 from hubcli.core.heads import HeadConfig, build_head
 from hubcli.core.layer import AdapterLinear, DeltaLayerNorm
-from hubcli.core.spec import EXTRA_LAYERNORMS
+from hubcli.format.spec import EXTRA_LAYERNORMS
 from hubcli.core.targets import targets_for
 from hubcli.errors import AdapterError
 

@@ -14,10 +14,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from hubcli.bundle.check import check_contents, check_names, hash_files, list_files
+from hubcli.format.bundle_rules import check_contents, check_names, hash_files, list_files
 from hubcli.errors import NoSignatureError, UntrustedSignerError
 from hubcli.fsutil import atomic_write_text, sha256_file
-from hubcli.manifest import MANIFEST, WEIGHTS
+from hubcli.format.manifest import MANIFEST, WEIGHTS
 from hubcli.settings import hub_home
 from hubcli.signing import trust
 from hubcli.signing.verify import signer_name, verify_digests

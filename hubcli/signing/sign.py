@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hubcli import manifest as manifest_io
-from hubcli.bundle.check import SIGNATURE, check_bundle
+from hubcli.format import manifest as manifest_io
+from hubcli.format.bundle_rules import SIGNATURE, check_bundle
 from hubcli.fsutil import atomic_write_text
 from hubcli.settings import load_config, save_config
 from hubcli.signing import keys, trust

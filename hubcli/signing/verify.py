@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hubcli.bundle.check import (SIGNATURE, check_contents, check_names, hash_files,
+from hubcli.format.bundle_rules import (SIGNATURE, check_contents, check_names, hash_files,
                                  list_files)
 from hubcli.errors import (InvalidSignatureError, NoSignatureError, TamperedError,
                            UntrustedSignerError)
-from hubcli.manifest import MANIFEST
+from hubcli.format.manifest import MANIFEST
 from hubcli.signing import keys, trust
 from hubcli.signing.trust import TrustedKey
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from hubcli.manifest import SCHEMA_DIR
+from hubcli.format.manifest import SCHEMA_DIR
 
 _PROPERTIES = json.loads((SCHEMA_DIR / "manifest.schema.json").read_text())["properties"]
 TASKS: tuple[str, ...] = tuple(_PROPERTIES["task"]["enum"])

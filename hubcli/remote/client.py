@@ -19,10 +19,10 @@ from typing import Any, Callable, Literal
 from urllib.parse import quote, urlsplit
 
 from hubcli.bundle import ALLOWED_FILES, SIGNATURE, check_bundle
-from hubcli.bundle.check import list_files
+from hubcli.format.bundle_rules import list_files
 from hubcli.errors import ConflictError, NoSignatureError, UsageError
 from hubcli.fsutil import CHUNK
-from hubcli.remote_errors import login_hint, translated
+from hubcli.remote.errors import login_hint, translated
 
 REGISTRY, HF = "registry", "hf"
 MAIN = "main"

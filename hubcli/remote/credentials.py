@@ -15,7 +15,7 @@ from typing import Any
 
 from hubcli.errors import UsageError
 from hubcli.fsutil import atomic_write_text
-from hubcli.remote import HF, REGISTRY, Remote, whoami
+from hubcli.remote.client import HF, REGISTRY, Remote, whoami
 from hubcli.settings import DEFAULT_ENDPOINT, hub_home, resolve, save_config
 
 TOKENS_FILE = "tokens.json"

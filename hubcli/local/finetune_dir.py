@@ -23,7 +23,7 @@ def write_finetune_dir(out: Path, model, base, task: str, training: dict, metric
     """Save encoder, tokenizer, head and description, all or nothing."""
     from safetensors.torch import save_file
 
-    from hubcli.adapterdir import framework_versions, now_iso
+    from hubcli.local.adapterdir import framework_versions, now_iso
 
     with staged_dir(out) as tmp:
         model.encoder.save_pretrained(tmp)
@@ -41,10 +41,10 @@ def load_finetune_dir(path: Path):
     """A Predictor over a full fine-tune folder."""
     from safetensors.torch import load_file
 
-    from hubcli.core.base import load_encoder, load_tokenizer, read_config
+    from hubcli.base.load import load_encoder, load_tokenizer, read_config
     from hubcli.core.heads import HeadConfig
     from hubcli.core.model import FullFinetuneModel
-    from hubcli.inference import Predictor
+    from hubcli.local.inference import Predictor
     from hubcli.tasks import get_task
 
     path = Path(path)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from hubcli import manifest as manifest_io
+from hubcli.format import manifest as manifest_io
 from hubcli.errors import BaseMismatchError
 
 
@@ -38,10 +38,10 @@ def attach(model, base_info, directory: Path, *, name: str | None = None,
     Returns the manifest. Raises SignatureError, BundleError, ManifestError,
     BaseMismatchError or AdapterError, before any weight is loaded where possible.
     """
-    from hubcli.adapterdir import read_adapter_weights
+    from hubcli.local.adapterdir import read_adapter_weights
     from hubcli.core.config import HoulsbyConfig
     from hubcli.core.heads import HeadConfig
-    from hubcli.pulled import registry_keys_for
+    from hubcli.remote.pull_records import registry_keys_for
     from hubcli.signing.policy import check_attach
 
     verdict = check_attach(Path(directory), allow_unsigned=allow_unsigned,
@@ -67,7 +67,7 @@ def base_for(manifest: dict, override: str | None) -> str | None:
     name."""
     if override:
         return override
-    from hubcli.baseref import locate_base
+    from hubcli.base.ref import locate_base
 
     return locate_base(manifest["base_model"]["content_hash"]) or manifest["base_model"]["name"]
 
@@ -77,7 +77,7 @@ def attach_to_fresh_base(directory: Path, *, base: str | None = None, **kwargs):
 
     Returns (AdapterModel, LoadedBase, manifest).
     """
-    from hubcli.core.base import load_base
+    from hubcli.base.load import load_base
     from hubcli.core.model import AdapterModel
 
     manifest = manifest_io.read(Path(directory))

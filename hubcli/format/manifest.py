@@ -1,4 +1,4 @@
-"""manifest.json: build, validate against `schemas/manifest.schema.json`, read and write.
+"""manifest.json: build, validate against `schemas/manifest.schema.json` (package data), read and write.
 
 Torch-free: the registry server validates manifests with this module.
 """
@@ -15,7 +15,7 @@ from hubcli.fsutil import atomic_write_text
 
 MANIFEST = "manifest.json"
 WEIGHTS = "adapter.safetensors"
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 
 
 @lru_cache(maxsize=None)

@@ -37,7 +37,7 @@ def safetensors_header(path: Path) -> tuple[int, dict]:
     Raises:
         ModelError: the file is not well-formed safetensors.
     """
-    from hubcli.bundle.safetensors_header import read_safetensors_header
+    from hubcli.format.safetensors_header import read_safetensors_header
     from hubcli.errors import BundleError
 
     try:

@@ -1,13 +1,13 @@
 """Finding a base model by its content hash, torch-free: the packaged default, then the bases
-loaded on this machine before (hubcli.core.base.known_bases). Also turns what a user types
+loaded on this machine before (hubcli.base.load.known_bases). Also turns what a user types
 for a base (`--base minilm`) into the content hash the registry indexes."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from hubcli.core.base import DEFAULT_BASE_NAME, find_base, known_bases, packaged_base_path
-from hubcli.core.basehash import content_hash
+from hubcli.base.load import DEFAULT_BASE_NAME, find_base, known_bases, packaged_base_path
+from hubcli.base.hashing import content_hash
 from hubcli.errors import UsageError
 
 HASH_PREFIX = "sha256:"

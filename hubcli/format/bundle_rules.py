@@ -13,12 +13,12 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from hubcli import manifest as manifest_io
-from hubcli.bundle.safetensors_header import check_tensors, read_safetensors_header
-from hubcli.core.spec import expected_tensors
+from hubcli.format import manifest as manifest_io
+from hubcli.format.safetensors_header import check_tensors, read_safetensors_header
+from hubcli.format.spec import expected_tensors
 from hubcli.errors import BundleError, ManifestError
 from hubcli.fsutil import sha256_file
-from hubcli.manifest import MANIFEST, WEIGHTS
+from hubcli.format.manifest import MANIFEST, WEIGHTS
 
 README = "README.md"
 SIGNATURE = "model.sig"

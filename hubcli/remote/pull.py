@@ -16,17 +16,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from hubcli import manifest as manifest_io
-from hubcli import pulled
+from hubcli.format import manifest as manifest_io
+from hubcli.remote import pull_records as pulled
 from hubcli.errors import HubError, NotFoundError, RegistryError, UsageError
 from hubcli.fsutil import staged_dir
-from hubcli.remote import MAIN, REGISTRY, Remote, download_snapshot, namespace_keys, version_info
+from hubcli.remote.client import MAIN, REGISTRY, Remote, download_snapshot, namespace_keys, version_info
 from hubcli.settings import hub_home, save_config
 
 REF = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<version>[\w.+-]+))?$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
-LAST_PULLED = "last_pulled"  # config key read by hubcli.refs
+LAST_PULLED = "last_pulled"  # config key read by hubcli.remote.refs
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ def _yank_warning(remote: Remote, record: pulled.PullRecord) -> list[str]:
 
 def describe_base(manifest: dict) -> str:
     """Where the adapter's base will come from: found locally, or fetched when first used."""
-    from hubcli.baseref import locate_base
+    from hubcli.base.ref import locate_base
 
     base = manifest["base_model"]
     path = locate_base(base["content_hash"])
@@ -194,7 +194,7 @@ def ensure_pulled(ref: str, notify: Callable[[str], None]) -> Path:
         return Path(found.path)
     import sys
 
-    from hubcli.credentials import registry_remote
+    from hubcli.remote.credentials import registry_remote
 
     result = pull(ref, registry_remote(progress=sys.stderr.isatty()), notify=notify)
     notify(f"pulled {result.record.ref} into {result.record.path}")

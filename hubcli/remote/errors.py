@@ -12,7 +12,7 @@ from hubcli.errors import (AuthError, ConflictError, HubError, NotFoundError, Re
                            UsageError)
 
 if TYPE_CHECKING:
-    from hubcli.remote import Remote
+    from hubcli.remote.client import Remote
 
 # The registry's error codes whose own hint names server-side steps; ours names the command.
 CODE_HINTS = {"InvalidSignature": "register your public key with `hub keys upload`, then push "

@@ -11,7 +11,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hubcli.core.basehash import content_hash, tokenizer_hash
+from hubcli.base.hashing import content_hash, tokenizer_hash
 from hubcli.core.targets import targets_for
 from hubcli.errors import ModelError
 from hubcli.fsutil import atomic_write_text, read_json_cache

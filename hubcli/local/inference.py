@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from hubcli.batching import inference_batches
+from hubcli.local.batching import inference_batches
 
 INFER_BATCH = 64
 
@@ -61,12 +61,12 @@ def load_predictor(path: Path, *, base: str | None = None, allow_base_mismatch: 
         SignatureError: unsigned or untrusted, and not allowed.
         BaseMismatchError: the base differs from the one it was trained on.
     """
-    from hubcli.finetune_dir import is_finetune_dir, load_finetune_dir
+    from hubcli.local.finetune_dir import is_finetune_dir, load_finetune_dir
 
     path = Path(path)
     if is_finetune_dir(path):
         return load_finetune_dir(path)
-    from hubcli.attach import attach_to_fresh_base
+    from hubcli.local.attach import attach_to_fresh_base
 
     model, loaded, manifest = attach_to_fresh_base(
         path, base=base, allow_base_mismatch=allow_base_mismatch,

@@ -13,7 +13,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from hubcli.core.spec import TENSOR_DTYPE, Shape
+from hubcli.format.spec import TENSOR_DTYPE, Shape
 from hubcli.errors import BundleError
 
 # An adapter for a 24-layer model has a few hundred tensors, about 40 KB of header; a far

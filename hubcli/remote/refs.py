@@ -38,6 +38,6 @@ def split_adapter_and_texts(args: list[str], notify: Callable[[str], None]) -> t
         notify(f"using the last adapter pulled: {ref}")
     if Path(ref).is_dir():
         return Path(ref), texts
-    from hubcli.pull import ensure_pulled
+    from hubcli.remote.pull import ensure_pulled
 
     return ensure_pulled(ref, notify=notify), texts

@@ -10,7 +10,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from hubcli import __version__, manifest as manifest_io
+from hubcli import __version__
+
+from hubcli.format import manifest as manifest_io
 from hubcli.errors import AdapterError
 from hubcli.fsutil import sha256_file, staged_dir
 

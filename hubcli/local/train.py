@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from hubcli import precision
+from hubcli.local import precision
 from hubcli.errors import DataError, UsageError
 from hubcli.fsutil import sha256_file
 from hubcli.tasks import get_task
@@ -104,7 +104,7 @@ def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
     """
     import torch
 
-    from hubcli.core.base import load_base
+    from hubcli.base.load import load_base
 
     if (s.epochs is not None and s.epochs < 1) or s.batch_size < 1 or s.max_length < 8:
         raise UsageError("--epochs and --batch-size must be >= 1 and --max-length >= 8")
@@ -174,8 +174,8 @@ class _Run:
         import torch
         from tqdm import tqdm
 
-        from hubcli.batching import training_batches
-        from hubcli.inference import run_model
+        from hubcli.local.batching import training_batches
+        from hubcli.local.inference import run_model
 
         s, task = self.s, self.task
         rng = random.Random(s.seed)
@@ -225,8 +225,8 @@ class _Run:
         return history, (best_epoch if val_feats else None), seen / busy
 
     def save(self, history, best_epoch, digests) -> dict | None:
-        from hubcli.adapterdir import framework_versions, now_iso, write_adapter_dir
-        from hubcli.finetune_dir import write_finetune_dir
+        from hubcli.local.adapterdir import framework_versions, now_iso, write_adapter_dir
+        from hubcli.local.finetune_dir import write_finetune_dir
 
         s, counts = self.s, self.parameter_counts()
         training = {"epochs": s.epochs, "best_epoch": best_epoch, "learning_rate": s.learning_rate,
