@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 from flask import Flask
 
-from hubcli.cli.main import ReportingGroup
+from hubcli.reporting import ReportingGroup
 from registry_server import create_app
 from registry_server.db import db
 from registry_server.services import accounts, maintenance

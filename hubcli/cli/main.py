@@ -1,15 +1,13 @@
-"""Entry point of `hub`: the command group, and the one place errors become user messages."""
+"""Entry point of `hub`: the lazily loaded command table (errors become messages in hubcli.reporting)."""
 
 from __future__ import annotations
 
 import importlib
-import os
-import sys
 
 import click
 
 from hubcli import __version__
-from hubcli.errors import HubError
+from hubcli.reporting import ReportingGroup
 
 # Command modules are imported lazily so `hub --help` and fast commands never pay for torch.
 # Each entry: command name -> "module:attribute".
@@ -33,20 +31,6 @@ COMMANDS: dict[str, str] = {
 }
 
 
-class ReportingGroup(click.Group):
-    """A command group that turns HubErrors into one line plus a hint (exit 1)."""
-
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except HubError as e:
-            report(e)
-            ctx.exit(1)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            ctx.exit(130)
-
-
 class LazyGroup(ReportingGroup):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -57,19 +41,6 @@ class LazyGroup(ReportingGroup):
             return None
         module, attr = target.split(":")
         return getattr(importlib.import_module(module), attr)
-
-
-def report(e: HubError) -> None:
-    """Print one line for the error and one for its hint; the traceback only with HUB_DEBUG=1."""
-    if os.environ.get("HUB_DEBUG") == "1":
-        import traceback
-
-        traceback.print_exception(e, file=sys.stderr)
-    click.secho(f"error: {e}", fg="red", err=True)
-    if e.hint:
-        click.echo(f"hint: {e.hint}", err=True)
-    if os.environ.get("HUB_DEBUG") != "1":
-        click.echo("(set HUB_DEBUG=1 for the full traceback)", err=True)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
