@@ -15,6 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from hubcli.format.vocab import DEFAULT_MAX_LENGTH
+
 
 class AdapterHub:
     """A loaded base with any number of attached adapters, one active at a time."""
@@ -78,5 +80,5 @@ class AdapterHub:
         m = self.manifests[name]
         task = get_task(m["task"])
         predictor = Predictor(self.model, self.base.tokenizer, task, list(m["head"]["labels"]),
-                              int(m["training"].get("max_length", 128)), m, Path("."))
+                              int(m["training"].get("max_length", DEFAULT_MAX_LENGTH)), m, Path("."))
         return predictor.predict([task.parse_input(t) for t in texts])

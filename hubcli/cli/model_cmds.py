@@ -10,8 +10,9 @@ import click
 from hubcli.local import precision
 from hubcli.cli.output import echo_json, notice, table
 from hubcli.errors import UsageError
+from hubcli.format.vocab import TASKS
 
-TASK_CHOICES = ["classification", "regression", "tagging", "qa"]
+TASK_CHOICES = list(TASKS)
 
 
 def parse_layers(value: str | None) -> tuple[int, ...] | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-PLACEMENTS = ("attention_output", "ffn_output")
+from hubcli.format.vocab import ACTIVATIONS, PLACEMENTS
 
 
 @dataclass(frozen=True)
@@ -66,5 +66,3 @@ class HoulsbyConfig:
             train_layernorm=arch.get("layernorm", "delta") == "delta",
         )
 
-
-ACTIVATIONS = ("gelu", "relu", "tanh", "silu")

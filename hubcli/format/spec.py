@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from hubcli.format.vocab import HEAD_TYPES, PLACEMENTS
+
 Shape = tuple[int, ...]
 
-HEAD_TYPES = ("sequence_classification", "regression", "token_classification",
-              "question_answering")
 EXTRA_LAYERNORMS = ("embeddings",)
 
 
@@ -70,8 +70,6 @@ def expected_tensors(manifest: dict[str, Any]) -> dict[str, Shape]:
         KeyError: the manifest lacks a field the layout depends on.
         ValueError: unknown head type.
     """
-    from hubcli.core.config import PLACEMENTS
-
     base, arch, head = manifest["base_model"], manifest["architecture"], manifest["head"]
     d, n_layers = int(base["hidden_size"]), int(base["num_layers"])
     out = adapter_tensors(d, int(arch["bottleneck"]), list(arch["layers"]), list(arch["placement"]))

@@ -38,14 +38,13 @@ def write_finetune_dir(out: Path, model, base, task: str, training: dict, metric
 
 
 def load_finetune_dir(path: Path):
-    """A Predictor over a full fine-tune folder."""
+    """The model, tokenizer and description (finetune.json) of a full fine-tune folder; the
+    caller (`inference.load_predictor`) wraps them, so this module never imports inference."""
     from safetensors.torch import load_file
 
     from hubcli.base.load import load_encoder, load_tokenizer, read_config
     from hubcli.core.heads import HeadConfig
     from hubcli.core.model import FullFinetuneModel
-    from hubcli.local.inference import Predictor
-    from hubcli.tasks import get_task
 
     path = Path(path)
     doc = json.loads((path / MARKER).read_text())
@@ -53,5 +52,4 @@ def load_finetune_dir(path: Path):
     model = FullFinetuneModel(load_encoder(path, read_config(path)), head)
     model.head.load_state_dict(load_file(str(path / "head.safetensors")))
     model.eval()
-    return Predictor(model, load_tokenizer(path), get_task(doc["task"]), list(head.labels),
-                     int(doc["training"].get("max_length", 128)), None, path)
+    return model, load_tokenizer(path), doc

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from hubcli.format.vocab import DEFAULT_MAX_LENGTH
 from hubcli.local.batching import inference_batches
 
 INFER_BATCH = 64
@@ -63,16 +64,18 @@ def load_predictor(path: Path, *, base: str | None = None, allow_base_mismatch: 
     """
     from hubcli.local.finetune_dir import is_finetune_dir, load_finetune_dir
 
+    from hubcli.tasks import get_task
+
     path = Path(path)
     if is_finetune_dir(path):
-        return load_finetune_dir(path)
+        model, tokenizer, doc = load_finetune_dir(path)
+        return Predictor(model, tokenizer, get_task(doc["task"]), list(doc["head"].get("labels", ())),
+                         int(doc["training"].get("max_length", DEFAULT_MAX_LENGTH)), None, path)
     from hubcli.local.attach import attach_to_fresh_base
 
     model, loaded, manifest = attach_to_fresh_base(
         path, base=base, allow_base_mismatch=allow_base_mismatch,
         allow_unsigned=allow_unsigned, notify=notify)
-    from hubcli.tasks import get_task
-
     return Predictor(model, loaded.tokenizer, get_task(manifest["task"]),
                      list(manifest["head"]["labels"]),
-                     int(manifest["training"].get("max_length", 128)), manifest, path)
+                     int(manifest["training"].get("max_length", DEFAULT_MAX_LENGTH)), manifest, path)

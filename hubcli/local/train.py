@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from hubcli.local import precision
 from hubcli.errors import DataError, UsageError
+from hubcli.format.vocab import DEFAULT_MAX_LENGTH
 from hubcli.fsutil import sha256_file
 from hubcli.tasks import get_task
 from hubcli.tasks.base import Columns
@@ -39,7 +40,7 @@ class TrainSettings:
     lr: float | None = None
     epochs: int | None = None  # None: auto_epochs()
     batch_size: int = 32
-    max_length: int = 128
+    max_length: int = DEFAULT_MAX_LENGTH
     seed: int = 0
     warmup_ratio: float = 0.1
     pooling: str = "mean"

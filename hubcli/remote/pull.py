@@ -19,11 +19,11 @@ from typing import Callable
 from hubcli.format import manifest as manifest_io
 from hubcli.remote import pull_records as pulled
 from hubcli.errors import HubError, NotFoundError, RegistryError, UsageError
+from hubcli.format.vocab import ADAPTER_REF as REF
 from hubcli.fsutil import staged_dir
 from hubcli.remote.client import MAIN, REGISTRY, Remote, download_snapshot, namespace_keys, version_info
 from hubcli.settings import hub_home, save_config
 
-REF = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<version>[\w.+-]+))?$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 LAST_PULLED = "last_pulled"  # config key read by hubcli.remote.refs

@@ -3,13 +3,11 @@ NS/NAME[@VERSION], or nothing (the adapter pulled last)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Callable
 
 from hubcli.errors import UsageError
-
-REF = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*(@[\w.+-]+)?$")
+from hubcli.format.vocab import ADAPTER_REF as REF
 
 
 def looks_like_adapter(arg: str) -> bool:

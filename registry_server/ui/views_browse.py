@@ -12,7 +12,7 @@ from registry_server.db import db
 from registry_server.services import accounts
 from registry_server.ui import queries
 from registry_server.ui.blueprint import bp
-from registry_server.ui.schema_enums import HEAD_TYPES, TASKS
+from hubcli.format.vocab import HEAD_TYPES, TASKS
 from registry_server.ui.signin import viewer
 
 SUMMARY = "ui_summary"  # app.extensions key of the app's queries.SummaryCache

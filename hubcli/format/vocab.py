@@ -1,0 +1,30 @@
+"""One vocabulary per concept, shared by the client, the CLI and the registry.
+
+The manifest schema is the source for every word a manifest may hold (tasks, head types,
+poolings, placements, activations): the tuples below are read from it, so adding a task or an
+activation is one edit to the schema plus its implementation. Words that are not manifest
+fields but must agree between modules live here too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from hubcli.format.manifest import SCHEMA_DIR
+
+_PROPS = json.loads((SCHEMA_DIR / "manifest.schema.json").read_text(encoding="utf-8"))["properties"]
+_ARCH = _PROPS["architecture"]["properties"]
+
+TASKS: tuple[str, ...] = tuple(_PROPS["task"]["enum"])
+HEAD_TYPES: tuple[str, ...] = tuple(_PROPS["head"]["properties"]["type"]["enum"])
+POOLINGS: tuple[str, ...] = tuple(_PROPS["head"]["properties"]["pooling"]["enum"])
+PLACEMENTS: tuple[str, ...] = tuple(_ARCH["placement"]["items"]["enum"])
+ACTIVATIONS: tuple[str, ...] = tuple(_ARCH["non_linearity"]["enum"])
+
+# Tokens per example when a manifest or finetune.json does not say (and `hub train`'s default).
+DEFAULT_MAX_LENGTH = 128
+
+# A registry reference as users type it: NAMESPACE/NAME[@VERSION].
+ADAPTER_REF = re.compile(
+    r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<version>[\w.+-]+))?$")
