@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from hubcli.local.metrics import (average_ranks, classification_metrics, entity_metrics, entity_spans,
+from hubcli.tasks.metrics import (average_ranks, classification_metrics, entity_metrics, entity_spans,
                             normalize_answer, regression_metrics, squad_metrics)
 
 

@@ -27,7 +27,7 @@ def test_unknown_task_names_the_choices():
 def test_importing_tasks_does_not_load_torch_or_transformers():
     import subprocess
 
-    code = ("import sys, hubcli.tasks, hubcli.local.metrics, hubcli.data; "
+    code = ("import sys, hubcli.tasks, hubcli.tasks.metrics, hubcli.data; "
             "print('torch' in sys.modules, 'transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]

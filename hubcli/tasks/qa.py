@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hubcli.errors import UsageError
-from hubcli.local.metrics import squad_metrics
+from hubcli.tasks.metrics import squad_metrics
 from hubcli.tasks.base import SEQUENCE_KEYS, Columns, Task, as_array, softmax
 from hubcli.tasks.squad import Answer, QAExample, read_squad
 

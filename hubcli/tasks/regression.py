@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hubcli.errors import DataError
-from hubcli.local.metrics import regression_metrics
+from hubcli.tasks.metrics import regression_metrics
 from hubcli.tasks.base import as_array
 from hubcli.tasks.sentence import SentenceExample, SentenceTask
 

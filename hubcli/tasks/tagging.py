@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hubcli.local.metrics import entity_metrics, entity_spans
+from hubcli.tasks.metrics import entity_metrics, entity_spans
 from hubcli.tasks.base import (IGNORE_INDEX, SEQUENCE_KEYS, Columns, Task, as_array, softmax,
                                unknown_label)
 from hubcli.tasks.conll import TaggedSentence, read_conll
