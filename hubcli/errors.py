@@ -23,6 +23,15 @@ class UsageError(HubError):
     """A bad option or combination of options."""
 
 
+class OptionError(UsageError):
+    """One option's value is unusable: the message names the option, the value and the rule."""
+
+    def __init__(self, option: str, value: object, problem: str, *, hint: str | None = None) -> None:
+        super().__init__(f"{option} {value}: {problem}", hint=hint)
+        self.option = option
+        self.value = value
+
+
 class DataError(HubError):
     """Bad training or evaluation data: carries the file and, where known, the line."""
 

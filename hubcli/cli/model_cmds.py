@@ -9,7 +9,7 @@ import click
 
 from hubcli.local import precision
 from hubcli.cli.output import echo_json, notice, table
-from hubcli.errors import UsageError
+from hubcli.errors import OptionError, UsageError
 from hubcli.format.vocab import TASKS
 
 TASK_CHOICES = list(TASKS)
@@ -27,6 +27,9 @@ def parse_layers(value: str | None) -> tuple[int, ...] | None:
     except ValueError:
         raise UsageError(f"--layers {value!r} is not a layer list",
                          hint="use e.g. 'all', '0-5', '0,2,4' or '0-2,5'") from None
+    if not out:
+        raise OptionError("--layers", value, "selects no layer (a range runs low-high)",
+                          hint="use e.g. 'all', '0-5', '0,2,4' or '0-2,5'")
     return tuple(out)
 
 

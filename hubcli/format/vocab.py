@@ -22,6 +22,9 @@ POOLINGS: tuple[str, ...] = tuple(_PROPS["head"]["properties"]["pooling"]["enum"
 PLACEMENTS: tuple[str, ...] = tuple(_ARCH["placement"]["items"]["enum"])
 ACTIVATIONS: tuple[str, ...] = tuple(_ARCH["non_linearity"]["enum"])
 
+# An adapter's version: semantic versioning, as the schema's pattern says.
+VERSION = re.compile(_PROPS["version"]["pattern"])
+
 # Tokens per example when a manifest or finetune.json does not say (and `hub train`'s default).
 DEFAULT_MAX_LENGTH = 128
 

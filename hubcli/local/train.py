@@ -18,6 +18,7 @@ from hubcli.local import precision
 from hubcli.errors import DataError, UsageError
 from hubcli.format.vocab import DEFAULT_MAX_LENGTH
 from hubcli.fsutil import sha256_file
+from hubcli.local.options import check_settings
 from hubcli.tasks import get_task
 from hubcli.tasks.base import Columns
 
@@ -109,6 +110,7 @@ def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
 
     if (s.epochs is not None and s.epochs < 1) or s.batch_size < 1 or s.max_length < 8:
         raise UsageError("--epochs and --batch-size must be >= 1 and --max-length >= 8")
+    check_settings(s)  # before the base loads or any data is read
     s = replace(s, precision=precision.resolve(s.precision))
     task = get_task(s.task)
     train_ex = task.read(Path(s.train), fmt=s.fmt, columns=s.columns)
