@@ -46,7 +46,7 @@ class TrainSettings:
     warmup_ratio: float = 0.1
     pooling: str = "mean"
     full_finetune: bool = False
-    precision: str = "auto"  # see hubcli/precision.py
+    precision: str = "auto"  # see hubcli/local/precision.py
     name: str | None = None
     version: str = "0.1.0"
     description: str | None = None
