@@ -13,14 +13,32 @@ from typing import Any
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8000"
 
+# HUB_HOME's layout, named once. What the user owns (config, tokens, keys, trust store) is an
+# error with file and hint when damaged; what the hub rebuilds (records, caches) reads as empty.
+CONFIG_FILE = "config.json"            # settings.load_config / save_config
+TOKENS_FILE = "tokens.json"            # remote.credentials: registry tokens, owner-only
+KEYS_DIR = "keys"                      # signing.keys: your signing key pair
+TRUST_FILE = "trusted_keys.json"       # signing.trust: the keys whose signatures you accept
+TRAINED_FILE = "trained.json"          # signing.policy: adapters trained here (record)
+PULLED_FILE = "pulled.json"            # remote.pull_records: adapters pulled here (record)
+KNOWN_BASES_FILE = "bases.json"        # base.load: bases loaded here, by content hash (record)
+CACHE_DIR = "cache"                    # base.hashing: base_hashes.json (cache)
+HF_CACHE_DIR = "hf-cache"              # remote.pull: huggingface_hub's download cache
+ADAPTERS_DIR = "adapters"              # remote.pull: verified pulled adapters
+
 
 def hub_home() -> Path:
     """The hub's config folder (keys, token, trust store, caches)."""
     return Path(os.environ.get("HUB_HOME") or Path.home() / ".config" / "hub")
 
 
+def home_path(name: str) -> Path:
+    """`name` (one of the layout names above) inside HUB_HOME."""
+    return hub_home() / name
+
+
 def config_path() -> Path:
-    return hub_home() / "config.json"
+    return home_path(CONFIG_FILE)
 
 
 def load_config() -> dict[str, Any]:
@@ -62,4 +80,4 @@ def resolve(flag: Any, env: str, key: str, default: Any = None) -> Any:
 
 
 def cache_dir() -> Path:
-    return hub_home() / "cache"
+    return home_path(CACHE_DIR)

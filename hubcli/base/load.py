@@ -15,7 +15,7 @@ from hubcli.base.hashing import content_hash, tokenizer_hash
 from hubcli.core.targets import targets_for
 from hubcli.errors import ModelError
 from hubcli.fsutil import atomic_write_text, read_json_cache
-from hubcli.settings import hub_home
+from hubcli.settings import KNOWN_BASES_FILE, home_path
 
 DEFAULT_BASE_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -166,7 +166,7 @@ def _quiet_transformers() -> None:
 
 
 def _known_bases_file() -> Path:
-    return hub_home() / "bases.json"
+    return home_path(KNOWN_BASES_FILE)
 
 
 def known_bases() -> dict[str, dict]:

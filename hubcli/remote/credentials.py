@@ -16,14 +16,13 @@ from typing import Any
 from hubcli.errors import UsageError
 from hubcli.fsutil import atomic_write_text
 from hubcli.remote.client import HF, REGISTRY, Remote, whoami
-from hubcli.settings import DEFAULT_ENDPOINT, hub_home, resolve, save_config
+from hubcli.settings import DEFAULT_ENDPOINT, TOKENS_FILE, home_path, resolve, save_config
 
-TOKENS_FILE = "tokens.json"
 REGISTRY_KEY = "registry"  # config.json: the registry `hub login` logged in to last
 
 
 def tokens_path() -> Path:
-    return hub_home() / TOKENS_FILE
+    return home_path(TOKENS_FILE)
 
 
 def _tokens() -> dict[str, str]:

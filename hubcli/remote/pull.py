@@ -22,7 +22,7 @@ from hubcli.errors import HubError, NotFoundError, RegistryError, UsageError
 from hubcli.format.vocab import ADAPTER_REF as REF
 from hubcli.fsutil import staged_dir
 from hubcli.remote.client import MAIN, REGISTRY, Remote, download_snapshot, namespace_keys, version_info
-from hubcli.settings import hub_home, save_config
+from hubcli.settings import ADAPTERS_DIR, HF_CACHE_DIR, home_path, save_config
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
@@ -67,11 +67,11 @@ def pull(ref: str, remote: Remote, *, allow_unsigned: bool = False,
     keys = _registry_keys(remote, repo_id.split("/")[0])
     notify(f"downloading {repo_id}@{wanted or MAIN} from {remote.endpoint}")
     snapshot = download_snapshot(remote, repo_id, wanted or MAIN,
-                                 hub_home() / "hf-cache" / remote.cache_key)
+                                 home_path(HF_CACHE_DIR) / remote.cache_key)
     try:
         manifest = manifest_io.read(snapshot)
         _check_version(repo_id, wanted, manifest["version"])
-        final = hub_home() / "adapters" / remote.cache_key / repo_id / manifest["version"]
+        final = home_path(ADAPTERS_DIR) / remote.cache_key / repo_id / manifest["version"]
         verdict = _verify_into(snapshot, final, keys, allow_unsigned,
                                label=f"{repo_id}@{manifest['version']}")
     except HubError:

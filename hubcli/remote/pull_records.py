@@ -13,9 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hubcli.fsutil import atomic_write_text
-from hubcli.settings import hub_home
+from hubcli.settings import PULLED_FILE, home_path
 
-PULLED_FILE = "pulled.json"
 MAX_RECORDS = 1000
 
 
@@ -36,7 +35,7 @@ class PullRecord:
 
 
 def _path() -> Path:
-    return hub_home() / PULLED_FILE
+    return home_path(PULLED_FILE)
 
 
 def load() -> list[PullRecord]:

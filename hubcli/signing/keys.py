@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from hubcli.errors import SigningKeyError
 from hubcli.fsutil import atomic_write_bytes
-from hubcli.settings import hub_home
+from hubcli.settings import KEYS_DIR, home_path
 
 PRIVATE_KEY = "signing_key.pem"
 PUBLIC_KEY = "signing_key.pub.pem"
@@ -31,7 +31,7 @@ class KeyPair:
 
 
 def keys_dir() -> Path:
-    return hub_home() / "keys"
+    return home_path(KEYS_DIR)
 
 
 def private_key_path() -> Path:

@@ -18,11 +18,10 @@ from hubcli.format.bundle_rules import check_contents, check_names, hash_files, 
 from hubcli.errors import NoSignatureError, UntrustedSignerError
 from hubcli.fsutil import atomic_write_text, sha256_file
 from hubcli.format.manifest import MANIFEST, WEIGHTS
-from hubcli.settings import hub_home
+from hubcli.settings import TRAINED_FILE, home_path
 from hubcli.signing import trust
 from hubcli.signing.verify import signer_name, verify_digests
 
-TRAINED_FILE = "trained.json"
 # Enough for any realistic history; keeps the file (read on every attach) small.
 MAX_RECORDS = 1000
 
@@ -36,7 +35,7 @@ class AttachVerdict:
 
 
 def _trained_path() -> Path:
-    return hub_home() / TRAINED_FILE
+    return home_path(TRAINED_FILE)
 
 
 def _records() -> list[dict[str, Any]]:

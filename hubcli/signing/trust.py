@@ -12,10 +12,9 @@ from pathlib import Path
 
 from hubcli.errors import SigningKeyError, UsageError
 from hubcli.fsutil import atomic_write_text
-from hubcli.settings import hub_home
+from hubcli.settings import TRUST_FILE, home_path
 from hubcli.signing.keys import key_id
 
-TRUST_FILE = "trusted_keys.json"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 MIN_ID_PREFIX = 8
 
@@ -38,7 +37,7 @@ def signer_label(name: str | None, key_id: str) -> str:
 
 
 def trust_path() -> Path:
-    return hub_home() / TRUST_FILE
+    return home_path(TRUST_FILE)
 
 
 def load() -> list[TrustedKey]:
