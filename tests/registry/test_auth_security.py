@@ -305,3 +305,40 @@ def test_read_and_revoked_tokens_cannot_write(app, method, path, body):
         accounts.revoke_token(session, alice, accounts.list_tokens(session, alice)[-1].id)
     r = client.open(path, method=method, headers=headers, json=body)
     assert r.status_code == 401 and r.json["error"] == "invalid or revoked token"
+
+
+# --- the migration --------------------------------------------------------------------------
+
+def test_migration_drops_shared_keys_and_refuses_look_alikes(tmp_path):
+    from alembic import command
+    from sqlalchemy import create_engine, text as sql
+
+    from registry_server import migrate
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'old.db'}")
+
+    def upgrade(to: str) -> None:
+        with engine.begin() as connection:
+            cfg = migrate.alembic_config()
+            cfg.attributes["connection"] = connection
+            command.upgrade(cfg, to)
+
+    upgrade("0002")
+    with engine.begin() as c:
+        c.execute(sql("INSERT INTO namespaces (id, name, kind, created_at) VALUES "
+                      "(1, 'alice', 'user', '2026-01-01'), (2, 'bob', 'user', '2026-01-01'),"
+                      "(3, 'Bob', 'org', '2026-01-01')"))
+        c.execute(sql("INSERT INTO users (id, namespace_id, is_admin, created_at) VALUES "
+                      "(1, 1, 0, '2026-01-01'), (2, 2, 0, '2026-01-01')"))
+        c.execute(sql("INSERT INTO public_keys (user_id, key_id, name, pem, created_at) VALUES "
+                      "(1, 'sha256:shared', '', '', '2026-01-01'),"
+                      "(2, 'sha256:shared', '', '', '2026-01-01'),"
+                      "(2, 'sha256:bobs', '', '', '2026-01-01')"))
+    with pytest.raises(RuntimeError, match="namespaces differing only in case: bob; rename"):
+        upgrade("head")
+    with engine.begin() as c:
+        c.execute(sql("UPDATE namespaces SET name = 'bobs-team' WHERE id = 3"))
+    upgrade("head")
+    with engine.connect() as c:
+        assert c.execute(sql("SELECT key_id FROM public_keys")).scalars().all() == ["sha256:bobs"]
+    engine.dispose()

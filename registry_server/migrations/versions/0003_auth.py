@@ -44,6 +44,8 @@ def _refuse_look_alikes() -> None:
 
 
 def upgrade() -> None:
+    # First, before any change: SQLite does not roll DDL back here.
+    _refuse_look_alikes()
     op.create_table('ui_sessions',
     sa.Column('id_hash', sa.String(length=64), nullable=False),
     sa.Column('user_id', sa.Integer(), nullable=False),
@@ -70,7 +72,6 @@ def upgrade() -> None:
     op.execute("DELETE FROM public_keys WHERE key_id IN "
                "(SELECT key_id FROM public_keys GROUP BY key_id HAVING count(*) > 1)")
     op.create_index('uq_public_keys_key_id', 'public_keys', ['key_id'], unique=True)
-    _refuse_look_alikes()
     op.create_index('uq_namespaces_lower_name', 'namespaces', [sa.text('lower(name)')],
                     unique=True)
     op.create_index('uq_adapters_namespace_id_lower_name', 'adapters',
