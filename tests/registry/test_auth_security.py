@@ -89,6 +89,9 @@ def test_sign_in_keeps_local_targets(app):
 
 # --- 2. proof of possession, one account per key, who signed ---------------------------------
 
+UNUSABLE = "the key challenge is unknown, used or expired"
+
+
 def challenge(client, headers) -> str:
     r = client.post("/api/v1/keys/challenge", headers=headers)
     assert r.status_code == 201 and r.json["challenge"].startswith(accounts.CHALLENGE_PREFIX)
@@ -119,7 +122,7 @@ def test_a_public_key_needs_proof_of_its_private_key(app, tmp_path):
     assert register(client, alice, bob_key, nonce=nonce).status_code == 403  # spent above
     bobs = challenge(client, token(app, "bob"))
     r = register(client, alice, alice_key, nonce=bobs)  # issued to bob
-    assert r.status_code == 403 and r.json["error"] == "the key challenge is unknown, used or expired"
+    assert r.status_code == 403 and r.json["error"] == UNUSABLE
     r = register(client, alice, alice_key, nonce=accounts.CHALLENGE_PREFIX + "made-up")
     assert r.status_code == 403
     assert client.get("/api/v1/keys", headers=alice).json["items"] == []
@@ -130,7 +133,7 @@ def test_a_public_key_needs_proof_of_its_private_key(app, tmp_path):
 def test_a_key_challenge_expires(app, tmp_path):
     app.config["KEY_CHALLENGE_TTL"] = 0
     r = register(app.test_client(), token(app, "alice"), new_signing_key(tmp_path))
-    assert r.status_code == 403 and r.json["error"] == "the key challenge is unknown, used or expired"
+    assert r.status_code == 403 and r.json["error"] == UNUSABLE
 
 
 def test_a_read_token_gets_no_key_challenge(app):
@@ -162,7 +165,8 @@ def test_the_signer_is_the_keys_owner_not_the_pusher(app, tmp_path, monkeypatch)
     publish(app, "alice", signed_bundle(tmp_path / "b", bob_key, name="shared"), namespace="team")
     with db.session_scope(app) as session:
         alice = accounts.get_user(session, "alice")
-        accounts.delete_public_key(session, alice, accounts.list_public_keys(session, alice)[0].key_id)
+        [key] = accounts.list_public_keys(session, alice)
+        accounts.delete_public_key(session, alice, key.key_id)
     assert "no longer registered to any account (published by alice)" in text(
         app.test_client().get("/team/shared"))
     assert register(app.test_client(), token(app, "bob"), bob_key).status_code == 201
@@ -179,7 +183,8 @@ def test_the_signer_is_the_keys_owner_not_the_pusher(app, tmp_path, monkeypatch)
 def test_web_settings_point_to_hub_keys_upload(app):
     client = app.test_client()
     sign_in(client)
-    assert "<code>hub keys upload</code> signs a one-time challenge" in text(client.get("/settings"))
+    page = text(client.get("/settings"))
+    assert "<code>hub keys upload</code> signs a one-time challenge" in page
     r = client.post("/settings/keys", data={"pem": "x"})
     assert r.status_code == 405
 
@@ -240,7 +245,8 @@ def test_repositories_differing_only_in_case_are_taken(app):
     assert client.post("/api/repos/create", headers=alice, json={"name": "up"}).status_code == 200
     r = client.post("/api/repos/create", headers=alice, json={"name": "Up"})
     assert r.status_code == 409
-    assert r.json["error"] == "repository alice/up exists already (names may not differ only in case)"
+    assert r.json["error"] == ("repository alice/up exists already "
+                               "(names may not differ only in case)")
     r = client.post("/api/repos/create", headers=token(app, "bob"), json={"name": "Up"})
     assert r.status_code == 200  # another namespace
 
@@ -298,7 +304,8 @@ def test_every_form_needs_the_csrf_token(app):
 def test_read_and_revoked_tokens_cannot_write(app, method, path, body):
     client = app.test_client()
     r = client.open(path, method=method, headers=token(app, "alice", "read"), json=body)
-    assert r.status_code == 403 and r.json["error"].endswith("has read scope; this needs write scope")
+    assert r.status_code == 403
+    assert r.json["error"].endswith("has read scope; this needs write scope")
     headers = token(app, "alice")
     with db.session_scope(app) as session:
         alice = accounts.get_user(session, "alice")

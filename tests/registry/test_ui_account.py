@@ -169,7 +169,7 @@ def test_list_and_remove_a_public_key(site, tmp_path):
     client = site.app.test_client()
     sign_in(client)
     html = text(client.get("/settings"))
-    assert f"<code class=\"hash\">{key_id}</code>" in html and "<th scope=\"row\">laptop</th>" in html
+    assert f'<code class="hash">{key_id}</code>' in html and '<th scope="row">laptop</th>' in html
     r = post_form(client, "/settings", "/settings/keys/delete", key_id=key_id)
     assert r.status_code == 302
     html = text(client.get("/settings"))

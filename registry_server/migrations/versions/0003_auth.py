@@ -66,7 +66,8 @@ def upgrade() -> None:
     sa.Column('nonce', sa.String(length=64), nullable=False),
     sa.Column('user_id', sa.Integer(), nullable=False),
     sa.Column('expires_at', sa.DateTime(timezone=True), nullable=False),
-    sa.ForeignKeyConstraint(['user_id'], ['users.id'], name=op.f('fk_key_challenges_user_id_users')),
+    sa.ForeignKeyConstraint(['user_id'], ['users.id'],
+                            name=op.f('fk_key_challenges_user_id_users')),
     sa.PrimaryKeyConstraint('nonce', name=op.f('pk_key_challenges'))
     )
     op.execute("DELETE FROM public_keys WHERE key_id IN "
