@@ -152,7 +152,7 @@ def _loop(s: QuickstartSettings, workdir: Path, registry: LocalRegistry, step: _
         detail.append(f"logged in as {who['name']}")
     target = credentials.registry_remote(url, progress=False)
     with step("keys upload") as detail:
-        key, _ = remote.upload_own_key(target)
+        key, _ = remote.upload_own_key(target, passphrase=os.environ.get(PASSPHRASE_ENV))
         detail.append(f"registered {key['key_id']}")
     with step("push") as detail:
         pushed = remote.push_bundle(target, out)

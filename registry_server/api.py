@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
 
@@ -49,12 +50,19 @@ def adapter_json(adapter: Adapter) -> dict:
     }
 
 
-def version_json(version: Version, *, detail: bool = False) -> dict:
+def version_json(version: Version, *, detail: bool = False,
+                 signers: dict[str, str] | None = None) -> dict:
+    """A version's record; `signer` is the account that holds its signing key (None when no
+    account does now), never the pusher. `signers` maps key ids to owners for a listing."""
+    if signers is None:
+        signers = accounts.key_owners(db.session, [version.signer_key_id])
+    signer = signers.get(version.signer_key_id)
     out = {
         "version": version.version, "commit": version.commit_sha,
         "created_at": iso(version.created_at), "downloads": version.downloads,
         "yanked": version.yanked, "yank_reason": version.yank_reason,
         "signer_key_id": version.signer_key_id,
+        "signer": signer,
         "pushed_by": version.pushed_by.name if version.pushed_by else None,
         "base_model": {"name": version.base_model_name, "content_hash": version.base_model_hash},
     }
@@ -100,7 +108,9 @@ def adapter_detail(namespace: str, name: str) -> Response:
 @bp.get("/adapters/<namespace>/<name>/versions")
 def adapter_versions(namespace: str, name: str) -> Response:
     adapter = repos.get_adapter(db.session, namespace, name, current_user())
-    return jsonify({"items": [version_json(v) for v in repos.live_versions(db.session, adapter)]})
+    items = repos.live_versions(db.session, adapter)
+    signers = accounts.key_owners(db.session, [v.signer_key_id for v in items])
+    return jsonify({"items": [version_json(v, signers=signers) for v in items]})
 
 
 @bp.get("/adapters/<namespace>/<name>/versions/<version>")
@@ -162,12 +172,22 @@ def namespace_keys(namespace: str) -> Response:
                     "items": [key_json(k) for k in accounts.namespace_public_keys(db.session, ns)]})
 
 
+@bp.post("/keys/challenge")
+def key_challenge() -> Response:
+    user = require_user(write=True)
+    ttl = timedelta(seconds=current_app.config["KEY_CHALLENGE_TTL"])
+    challenge, expires = accounts.issue_key_challenge(db.session, user, ttl)
+    return jsonify({"challenge": challenge, "expires_at": iso(expires)}), 201
+
+
 @bp.post("/keys")
 def add_key() -> Response:
     user = require_user(write=True)
     body = json_body()
-    key = accounts.add_public_key(db.session, user, field(body, "pem", str, required=True),
-                                  name=field(body, "name", str, ""))
+    key = accounts.register_public_key(
+        db.session, user, field(body, "pem", str, required=True),
+        challenge=field(body, "challenge", str, required=True),
+        signature=field(body, "signature", str, required=True), name=field(body, "name", str, ""))
     return jsonify(key_json(key)), 201
 
 

@@ -127,7 +127,8 @@ def revoke_token(user: str, token_id: int) -> None:
 @click.argument("pem_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--name", default="", help="A label for the key.")
 def add_key(user: str, pem_file: Path, name: str) -> None:
-    """Register a signing public key (PEM) to a user."""
+    """Register a signing public key (PEM) to a user. The operator vouches for it: users
+    register their own with `hub keys upload`, which proves holding the private key."""
     with _app().app_context(), db.session_scope() as session:
         key = accounts.add_public_key(session, accounts.get_user(session, user),
                                       pem_file.read_text(), name=name)

@@ -46,6 +46,12 @@ DEFAULTS: dict[str, Any] = {
     # Page size limits of list endpoints.
     "PAGE_SIZE": 20,
     "MAX_PAGE_SIZE": 100,
+    # Web sign-in throttle: after this many wrong passwords for one account from one client
+    # address within the window (seconds), that pair is refused (429) until the window passes.
+    "LOGIN_MAX_FAILURES": 10,
+    "LOGIN_FAILURE_WINDOW": 600,
+    # Lifetime of a challenge that proves possession of a signing key, seconds.
+    "KEY_CHALLENGE_TTL": 300,
 }
 
 

@@ -85,6 +85,14 @@ class Conflict(ApiError, ConflictError):
     code = "Conflict"
 
 
+class KeyProofRejected(ApiError, AuthError):
+    """A public key registered without proof of holding its private half: no challenge, or
+    one that is unknown, used, expired or another user's, or a signature that does not verify."""
+
+    status = 403
+    code = "KeyProofRejected"
+
+
 class Rejected(ApiError):
     """An upload that is not a valid bundle (files, manifest, digests, weights header), or
     that names another adapter."""

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, ForeignKey, Index, MetaData, String,
-                        Text, UniqueConstraint)
+                        Text, UniqueConstraint, text)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 NAME_LEN = 96
@@ -46,6 +46,8 @@ class Namespace(Base):
     """A user's or an organisation's name: the first half of every repo id."""
 
     __tablename__ = "namespaces"
+    # `Alice` may not sit beside `alice`: a look-alike name would borrow the other's trust.
+    __table_args__ = (Index("uq_namespaces_lower_name", text("lower(name)"), unique=True),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(NAME_LEN), unique=True)
@@ -100,10 +102,13 @@ class Token(Base):
 
 
 class PublicKey(Base):
-    """A signing public key registered to a user; pushes must be signed by one of them."""
+    """A signing public key registered to a user; pushes must be signed by one of them.
+    A key belongs to one account (its holder proved possession when registering it), so the
+    key names who signed."""
 
     __tablename__ = "public_keys"
-    __table_args__ = (UniqueConstraint("user_id", "key_id"),)
+    __table_args__ = (UniqueConstraint("user_id", "key_id"),
+                      Index("uq_public_keys_key_id", "key_id", unique=True))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
@@ -111,6 +116,16 @@ class PublicKey(Base):
     name: Mapped[str] = mapped_column(String(NAME_LEN), default="")
     pem: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class KeyChallenge(Base):
+    """A single-use nonce issued to a user: signing it proves holding a key's private half."""
+
+    __tablename__ = "key_challenges"
+
+    nonce: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class Blob(Base):
@@ -128,7 +143,9 @@ class Adapter(Base):
     """A repository: one adapter, all its versions."""
 
     __tablename__ = "adapters"
-    __table_args__ = (UniqueConstraint("namespace_id", "name"),)
+    __table_args__ = (UniqueConstraint("namespace_id", "name"),
+                      Index("uq_adapters_namespace_id_lower_name", "namespace_id",
+                            text("lower(name)"), unique=True))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     namespace_id: Mapped[int] = mapped_column(ForeignKey("namespaces.id"))
@@ -240,6 +257,6 @@ class LfsUpload(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
-__all__ = ["Adapter", "AdapterTag", "Base", "Blob", "LfsUpload", "Membership",
+__all__ = ["Adapter", "AdapterTag", "Base", "Blob", "KeyChallenge", "LfsUpload", "Membership",
            "Namespace", "PublicKey", "Token", "User", "Version", "VersionFile", "as_utc",
            "utcnow"]

@@ -110,3 +110,14 @@ def test_keys_upload_cli_without_keygen(remote):
         remote_api.upload_own_key(remote)
     result = run("keys", "upload", "--registry", remote.endpoint, "--token", remote.token)
     assert result.exit_code == 1 and "hint: create your key pair with `hub keygen`" in result.output
+
+
+def test_keys_upload_refuses_a_public_key_that_is_not_ours(remote, signed_dir):
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from hubcli.signing.keys import public_key_path, public_pem
+
+    public_key_path().write_bytes(public_pem(ec.generate_private_key(ec.SECP256R1())))
+    with pytest.raises(SigningKeyError, match="is not the public half of your private key"):
+        remote_api.upload_own_key(remote)
+    assert remote_api.list_keys(remote) == []

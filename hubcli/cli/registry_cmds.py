@@ -95,10 +95,13 @@ def keys() -> None:
 @click.option("--name", default="", help="a label for the key on the registry [default: "
                                           "your `hub keygen --name`]")
 def keys_upload(registry: str | None, token: str | None, name: str) -> None:
-    """Register the public key made by `hub keygen` with the registry."""
+    """Register the public key made by `hub keygen` with the registry, proving that you hold
+    its private key (it signs a challenge from the registry)."""
+    from hubcli.cli.signing_cmds import ask_passphrase
     from hubcli.remote import client as remote_api
 
-    key, created = remote_api.upload_own_key(_remote("registry", registry, token, True), name)
+    key, created = remote_api.upload_own_key(_remote("registry", registry, token, True), name,
+                                             ask_passphrase())
     click.echo(f"{'registered' if created else 'already registered'}: {key['key_id']}")
 
 

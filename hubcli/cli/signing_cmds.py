@@ -18,7 +18,7 @@ DIRECTORY = click.argument("directory", type=click.Path(file_okay=False, path_ty
 JSON = click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 
 
-def _passphrase(key_path: Path | None) -> str | None:
+def ask_passphrase(key_path: Path | None = None) -> str | None:
     """HUB_KEY_PASSPHRASE, else a prompt when the key is encrypted."""
     if os.environ.get(PASSPHRASE_ENV):
         return os.environ[PASSPHRASE_ENV]
@@ -62,7 +62,7 @@ def bundle(directory: Path) -> None:
               help="private key PEM (default: the key made by `hub keygen`)")
 def sign(directory: Path, key_path: Path | None) -> None:
     """Sign a bundle with your key (OpenSSF model-signing format, written to model.sig)."""
-    key_id = sign_bundle(directory, key_path, _passphrase(key_path))
+    key_id = sign_bundle(directory, key_path, ask_passphrase(key_path))
     click.echo(f"signed {directory} with key {key_id}: wrote {directory / SIGNATURE}")
 
 

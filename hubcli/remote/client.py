@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 from urllib.parse import quote, urlsplit
 
 from hubcli.bundle import ALLOWED_FILES, SIGNATURE, check_bundle
@@ -23,6 +23,9 @@ from hubcli.format.bundle_rules import list_files
 from hubcli.errors import ConflictError, NoSignatureError, UsageError
 from hubcli.fsutil import CHUNK
 from hubcli.remote.errors import login_hint, translated
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ec
 
 REGISTRY, HF = "registry", "hf"
 MAIN = "main"
@@ -276,43 +279,54 @@ def version_info(remote: Remote, repo_id: str, version: str) -> dict[str, Any]:
                   repo_id=repo_id)
 
 
-def upload_key(remote: Remote, pem: bytes, name: str = "") -> tuple[dict[str, Any], bool]:
-    """Register a signing public key to the token's user. Returns (key record, created);
-    a key registered already is not an error.
+def upload_key(remote: Remote, private_key: ec.EllipticCurvePrivateKey,
+               name: str = "") -> tuple[dict[str, Any], bool]:
+    """Register the public half of `private_key` to the token's user, proving possession: the
+    registry issues a single-use challenge and this signs it. Returns (key record, created);
+    a key registered to this user already is not an error.
 
     Raises:
-        AuthError: not logged in, or a read-only token. RegistryError: not a usable key.
+        AuthError: not logged in, or a read-only token. ConflictError: the key belongs to
+        another account. RegistryError: not a usable key, or the proof was refused.
     """
-    try:
-        return native(remote, "POST", "keys", json={"pem": pem.decode("ascii"),
-                                                     "name": name}), True
-    except ConflictError:
-        from hubcli.signing.keys import key_id
+    from hubcli.signing.keys import key_id, public_pem, sign_challenge
 
-        kid = key_id(pem)
-        mine = [k for k in list_keys(remote) if k["key_id"] == kid]
+    pem = public_pem(private_key)
+    challenge = native(remote, "POST", "keys/challenge")["challenge"]
+    body = {"pem": pem.decode("ascii"), "name": name, "challenge": challenge,
+            "signature": sign_challenge(private_key, challenge)}
+    try:
+        return native(remote, "POST", "keys", json=body), True
+    except ConflictError:
+        mine = [k for k in list_keys(remote) if k["key_id"] == key_id(pem)]
         if not mine:
             raise
         return mine[0], False
 
 
-def upload_own_key(remote: Remote, name: str = "") -> tuple[dict[str, Any], bool]:
-    """`upload_key` with the public key `hub keygen` made, labelled `name` (default: the
-    signer name given to `hub keygen --name`).
+def upload_own_key(remote: Remote, name: str = "",
+                   passphrase: str | None = None) -> tuple[dict[str, Any], bool]:
+    """`upload_key` with the key pair `hub keygen` made, labelled `name` (default: the
+    signer name given to `hub keygen --name`); `passphrase` opens an encrypted private key.
 
     Raises:
-        SigningKeyError: there is no key pair yet. AuthError, RegistryError: as `upload_key`.
+        SigningKeyError: there is no key pair yet, the passphrase is missing or wrong, or the
+        public key is not the private key's. AuthError, RegistryError: as `upload_key`.
     """
     from hubcli.errors import SigningKeyError
     from hubcli.settings import load_config
-    from hubcli.signing.keys import public_key_path
+    from hubcli.signing.keys import load_private_key, public_key_path, public_pem
 
     try:
         pem = public_key_path().read_bytes()
     except FileNotFoundError:
         raise SigningKeyError(f"no public key at {public_key_path()}",
                               hint="create your key pair with `hub keygen`") from None
-    return upload_key(remote, pem, name or load_config().get("signer_name") or "")
+    private_key = load_private_key(passphrase=passphrase)
+    if public_pem(private_key).strip() != pem.strip():
+        raise SigningKeyError(f"{public_key_path()} is not the public half of your private key",
+                              hint="create a new key pair with `hub keygen --force`")
+    return upload_key(remote, private_key, name or load_config().get("signer_name") or "")
 
 
 def list_keys(remote: Remote) -> list[dict[str, Any]]:

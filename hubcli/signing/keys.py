@@ -6,11 +6,14 @@ A key is named by its key id: "sha256:" + hex SHA-256 of its DER SubjectPublicKe
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography.hazmat.primitives import serialization
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from hubcli.errors import SigningKeyError
@@ -149,3 +152,27 @@ def generate_keypair(*, passphrase: str | None = None, force: bool = False) -> K
     pem = public_pem(key)
     atomic_write_bytes(public_path, pem, mode=0o644)
     return KeyPair(private_path, public_path, key_id(pem))
+
+
+def sign_challenge(private_key: ec.EllipticCurvePrivateKey, challenge: str) -> str:
+    """Prove holding `private_key` to a registry: the base64 DER ECDSA-SHA256 signature of the
+    registry's challenge text (UTF-8). Challenges start with a fixed prefix, so this signature
+    can never pass for a bundle signature (those sign a DSSE envelope)."""
+    signature = private_key.sign(challenge.encode("utf-8"), ec.ECDSA(hashes.SHA256()))
+    return base64.b64encode(signature).decode("ascii")
+
+
+def verify_challenge(public_key_pem: bytes, challenge: str, signature: str) -> bool:
+    """Whether `signature` (from `sign_challenge`) signs `challenge` with this key's private
+    half. A signature that is not base64 does not verify.
+
+    Raises:
+        SigningKeyError: not a supported PEM public key.
+    """
+    key = load_public_key(public_key_pem)
+    try:
+        key.verify(base64.b64decode(signature, validate=True), challenge.encode("utf-8"),
+                   ec.ECDSA(hashes.SHA256()))
+    except (InvalidSignature, binascii.Error, ValueError):
+        return False
+    return True

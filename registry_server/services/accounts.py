@@ -5,17 +5,18 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from hubcli.errors import SigningKeyError
 from hubcli.signing.keys import key_id as public_key_id
-from registry_server.errors import BadRequest, Conflict, NotFound
-from registry_server.models import (Membership, Namespace, PublicKey, Token, User, as_utc,
-                                    utcnow)
+from hubcli.signing.keys import verify_challenge
+from registry_server.errors import BadRequest, Conflict, KeyProofRejected, NotFound
+from registry_server.models import (KeyChallenge, Membership, Namespace, PublicKey, Token, User,
+                                    as_utc, utcnow)
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 # First path segments the HTTP API and the web UI use: never namespace names.
@@ -25,6 +26,10 @@ TOKEN_PREFIX = "hubr_"
 SCOPES = ("read", "write")
 # Recording every use of a token would turn each read into a write; once an hour is enough.
 LAST_USED_RESOLUTION = timedelta(hours=1)
+# What a key proof signs: this prefix and a nonce. Fixed text, so the signature cannot be
+# replayed as anything else (bundle signatures sign a DSSE envelope, "DSSEv1 ...").
+CHALLENGE_PREFIX = "hub-registry key proof v1 "
+UPLOAD_HINT = "register keys with `hub keys upload`, which proves you hold the private key"
 
 
 def check_name(name: str, what: str) -> None:
@@ -39,8 +44,12 @@ def check_name(name: str, what: str) -> None:
 
 def _new_namespace(session: Session, name: str, kind: str) -> Namespace:
     check_name(name, "name")
-    if session.scalar(select(Namespace.id).where(Namespace.name == name)) is not None:
+    # Compared regardless of case: `Alice` beside `alice` would pass for her.
+    taken = session.scalar(select(Namespace.name).where(func.lower(Namespace.name) == name.lower()))
+    if taken == name:
         raise Conflict(f"the name {name!r} is taken")
+    if taken is not None:
+        raise Conflict(f"the name {name!r} is taken: it differs from {taken!r} only in case")
     namespace = Namespace(name=name, kind=kind)
     session.add(namespace)
     return namespace
@@ -197,28 +206,90 @@ def revoke_token(session: Session, user: User, token_id: int) -> Token:
 
 # --- signing public keys ------------------------------------------------------------------
 
+def issue_key_challenge(session: Session, user: User, ttl: timedelta) -> tuple[str, datetime]:
+    """A challenge for `user` to sign with the private key they are about to register: valid
+    for `ttl`, once. Returns (challenge text, expiry)."""
+    now = utcnow()
+    session.execute(delete(KeyChallenge).where(KeyChallenge.expires_at < now))
+    nonce = secrets.token_urlsafe(32)
+    session.add(KeyChallenge(nonce=nonce, user_id=user.id, expires_at=now + ttl))
+    session.commit()
+    return CHALLENGE_PREFIX + nonce, now + ttl
+
+
+def register_public_key(session: Session, user: User, pem: str, *, challenge: str,
+                        signature: str, name: str = "") -> PublicKey:
+    """`add_public_key`, for a user who proves holding the private key: `signature` signs
+    `challenge`, which this server issued to `user` and which has not expired or been used.
+    The challenge is spent whatever the outcome.
+
+    Raises:
+        KeyProofRejected: an unknown, used, expired or foreign challenge, or a signature
+        that does not verify with `pem`. BadRequest, Conflict: as `add_public_key`.
+    """
+    nonce = challenge.removeprefix(CHALLENGE_PREFIX)
+    spent = session.execute(delete(KeyChallenge).where(
+        KeyChallenge.nonce == nonce, KeyChallenge.user_id == user.id,
+        KeyChallenge.expires_at >= utcnow()))
+    session.commit()
+    if not challenge.startswith(CHALLENGE_PREFIX) or spent.rowcount != 1:
+        raise KeyProofRejected("the key challenge is unknown, used or expired",
+                               hint="ask for a new one (POST /api/v1/keys/challenge); "
+                                    + UPLOAD_HINT)
+    kid = _key_id(pem)
+    if not verify_challenge(pem.encode("utf-8"), challenge, signature):
+        raise KeyProofRejected(f"the signature does not prove holding the private key of {kid}",
+                               hint=UPLOAD_HINT)
+    return add_public_key(session, user, pem, name=name)
+
+
 def add_public_key(session: Session, user: User, pem: str, *, name: str = "") -> PublicKey:
-    """Register a PEM public key to `user`; pushes signed with it are then accepted.
+    """Register a PEM public key to `user`; pushes signed with it are then accepted. Callers
+    answering users check proof of possession first (`register_public_key`); the operator's
+    `hub-registry add-key` trusts the operator.
 
     Raises:
         BadRequest: not a supported PEM public key.
-        Conflict: the user has registered this key already.
+        Conflict: the key is registered already (to this user or another: one owner a key).
     """
-    try:
-        kid = public_key_id(pem.encode("utf-8"))
-    except SigningKeyError as e:
-        raise BadRequest(str(e).replace("public key: ", "", 1), hint=e.hint) from None
+    kid = _key_id(pem)
     if len(name) > 96:
         raise BadRequest("a key name must have at most 96 characters")
+    owner = session.scalar(select(PublicKey).where(PublicKey.key_id == kid))
+    if owner is not None:
+        raise _key_taken(kid, owner.user_id == user.id)
     key = PublicKey(user_id=user.id, key_id=kid, name=name, pem=pem)
     session.add(key)
-    _commit_unique(session, f"key {kid} is registered already")
+    _commit_unique(session, _key_taken(kid, False))
     return key
+
+
+def _key_id(pem: str) -> str:
+    """Raises: BadRequest: not a supported PEM public key."""
+    try:
+        return public_key_id(pem.encode("utf-8"))
+    except SigningKeyError as e:
+        raise BadRequest(str(e).replace("public key: ", "", 1), hint=e.hint) from None
+
+
+def _key_taken(kid: str, mine: bool) -> Conflict:
+    if mine:
+        return Conflict(f"key {kid} is registered already")
+    return Conflict(f"key {kid} is registered to another account; a key belongs to one account",
+                    hint="sign with a key of your own (`hub keygen`)")
 
 
 def list_public_keys(session: Session, user: User) -> list[PublicKey]:
     return list(session.scalars(select(PublicKey).where(PublicKey.user_id == user.id)
                                 .order_by(PublicKey.id)))
+
+
+def key_owners(session: Session, key_ids: list[str]) -> dict[str, str]:
+    """{key id: name of the account it is registered to} for those of `key_ids` that are."""
+    rows = session.execute(select(PublicKey.key_id, Namespace.name)
+                           .join(User, User.id == PublicKey.user_id).join(User.namespace)
+                           .where(PublicKey.key_id.in_(set(key_ids))))
+    return {kid: name for kid, name in rows}
 
 
 def namespace_public_keys(session: Session, namespace: Namespace) -> list[PublicKey]:
@@ -242,10 +313,10 @@ def delete_public_key(session: Session, user: User, kid: str) -> None:
     session.commit()
 
 
-def _commit_unique(session: Session, message: str) -> None:
+def _commit_unique(session: Session, error: str | Conflict) -> None:
     """Commit; a unique-constraint violation (a concurrent twin) becomes a Conflict."""
     try:
         session.commit()
     except IntegrityError:
         session.rollback()
-        raise Conflict(message) from None
+        raise (error if isinstance(error, Conflict) else Conflict(error)) from None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Select, and_, bindparam, select
+from sqlalchemy import ColumnElement, Select, and_, bindparam, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -97,8 +97,12 @@ def create_adapter(session: Session, user: User, namespace: str, name: str, *,
     ns = get_namespace(session, namespace)
     require_writer(session, ns, user)
     check_name(name, "adapter name")
-    if find_adapter(session, namespace, name) is not None:
-        raise Conflict(f"repository {namespace}/{name} exists already",
+    # Compared regardless of case: `alice/Up` beside `alice/up` would pass for it.
+    existing = session.scalar(select(Adapter.name).where(
+        Adapter.namespace_id == ns.id, func.lower(Adapter.name) == name.lower()))
+    if existing is not None:
+        raise Conflict(f"repository {ns.name}/{existing} exists already"
+                       + ("" if existing == name else " (names may not differ only in case)"),
                        repo_id=f"{namespace}/{name}")
     adapter = Adapter(namespace=ns, name=name, private=private)
     session.add(adapter)

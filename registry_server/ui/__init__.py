@@ -16,7 +16,7 @@ from flask import Flask
 
 def init_app(app: Flask) -> None:
     # Importing the view modules attaches their routes to the blueprint; models adds the
-    # ui_credentials table to the shared metadata.
+    # UI's tables (credentials, sessions, sign-in failures) to the shared metadata.
     from registry_server.ui import (models, present, queries,  # noqa: F401
                                     views_account, views_adapter, views_browse)
     from registry_server.ui.blueprint import bp, url_with

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, lazyload, load_only, selectinload
 
 from registry_server.models import Adapter, AdapterTag, Namespace, PublicKey, User, Version
 from registry_server.services.search import Page, SearchQuery, visible
-from registry_server.services import textsearch
+from registry_server.services import accounts, textsearch
 from registry_server.services.sqlplan import unindexed
 
 UI_SORTS = ("downloads", "recent")
@@ -44,9 +44,13 @@ class Summary:
 @dataclass(frozen=True)
 class Signature:
     key_id: str
-    owners: list[str]  # the accounts that have registered this key
+    owner: str | None  # the account the key is registered to (one at most), if any now
     pushed_by: str | None
-    verified: bool  # the key is registered to the account that pushed the version
+
+    @property
+    def verified(self) -> bool:
+        """The key is registered to the account that pushed the version."""
+        return self.owner is not None and self.owner == self.pushed_by
 
 
 def _listed(session: Session, viewer: User | None) -> list[ColumnElement[bool]]:
@@ -134,11 +138,8 @@ class SummaryCache:
 
 
 def signature(session: Session, version: Version) -> Signature:
-    """Who stands behind a version's signature: the accounts that registered its key."""
-    rows = session.execute(select(Namespace.name, PublicKey.user_id)
-                           .join(User, User.id == PublicKey.user_id).join(User.namespace)
-                           .where(PublicKey.key_id == version.signer_key_id)
-                           .order_by(Namespace.name)).all()
-    return Signature(version.signer_key_id, [name for name, _ in rows],
-                     version.pushed_by.name if version.pushed_by else None,
-                     any(user_id == version.pushed_by_id for _, user_id in rows))
+    """Who stands behind a version's signature: the account its key is registered to (the
+    key's holder proved possession), whoever pushed it."""
+    owner = accounts.key_owners(session, [version.signer_key_id]).get(version.signer_key_id)
+    return Signature(version.signer_key_id, owner,
+                     version.pushed_by.name if version.pushed_by else None)

@@ -1,26 +1,42 @@
 """Signing in and out, setting a password with an API token, and the settings page: API
-tokens (a new one is shown once) and signing public keys."""
+tokens (a new one is shown once) and signing public keys (listed and removed here; added with
+`hub keys upload`, which proves holding the private key, something a web form cannot do)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from datetime import timedelta
 from functools import wraps
+from urllib.parse import urlsplit
 
-from flask import flash, redirect, render_template, request, url_for
+from flask import current_app, flash, redirect, render_template, request, url_for
 
 from registry_server.db import db
 from registry_server.errors import ApiError, BadRequest
 from registry_server.models import User
 from registry_server.services import accounts
-from registry_server.ui import passwords, signin
+from registry_server.ui import passwords, signin, throttle
 from registry_server.ui.blueprint import bp
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_BLANKS = "".join(map(chr, range(0x21)))  # C0 controls and space
 
 
 def _safe_next(target: str | None) -> str:
-    """Only a path on this site: an open redirect would let a phishing link borrow our name."""
-    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
-        return target
-    return url_for("ui.home")
+    """Only a path on this site: an open redirect would let a phishing link borrow our name.
+
+    Normalised the way browsers read a URL first (they drop tabs and newlines anywhere and
+    strip leading and trailing control characters and spaces, so `/<tab>/evil.example` is
+    `//evil.example` to them), then anything that is not a plain absolute path — a scheme, a
+    host, a `//` or `\\` prefix, a backslash or a control character left — becomes the home page.
+    """
+    cleaned = re.sub(r"[\t\n\r]", "", target or "").strip(_BLANKS)
+    parts = urlsplit(cleaned)
+    if (not cleaned.startswith("/") or cleaned.startswith("//") or "\\" in cleaned
+            or parts.scheme or parts.netloc or _CONTROL.search(cleaned)):
+        return url_for("ui.home")
+    return cleaned
 
 
 def login_required(view: Callable) -> Callable:
@@ -39,11 +55,21 @@ def login():
     if request.method == "GET":
         return render_template("ui/login.html", next=target)
     name = request.form.get("name", "").strip()
-    found = passwords.check_password(db.session, name, request.form.get("password", ""))
-    if found is None:
+    config = current_app.config
+    window = timedelta(seconds=config["LOGIN_FAILURE_WINDOW"])
+    tries = throttle.source(name, request.remote_addr)
+    wait = throttle.retry_after(db.session, tries, config["LOGIN_MAX_FAILURES"], window)
+    if wait is not None:
+        return (render_template("ui/login.html", next=target, name=name,
+                                error=f"Too many wrong passwords; try again in {wait} s."),
+                429, {"Retry-After": str(wait)})
+    user = passwords.check_password(db.session, name, request.form.get("password", ""))
+    if user is None:
+        throttle.record_failure(db.session, tries, window)
         return render_template("ui/login.html", next=target, name=name,
                                error="Wrong name or password."), 400
-    signin.sign_in(*found)
+    throttle.forget(db.session, tries)
+    signin.sign_in(user)
     return redirect(target)
 
 
@@ -68,19 +94,23 @@ def password_with_token():
         return render_template("ui/set_password.html", name=name,
                                error="That is not a write token of this user."), 400
     try:
-        fingerprint = _new_password(token.user)
+        _new_password(token.user)
     except BadRequest as e:
         return render_template("ui/set_password.html", name=name, error=str(e)), 400
-    signin.sign_in(token.user, fingerprint)
+    signin.sign_in(token.user)
     flash("Your password is set; you are signed in.")
     return redirect(url_for("ui.settings"))
 
 
-def _new_password(user: User) -> str:
-    """Raises: BadRequest: the two entries differ, or the password is too short or long."""
+def _new_password(user: User) -> None:
+    """Set the form's new password, which ends every session of `user` (this one too).
+
+    Raises:
+        BadRequest: the two entries differ, or the password is too short or long.
+    """
     if request.form.get("password", "") != request.form.get("password2", ""):
         raise BadRequest("The two passwords differ.")
-    return passwords.set_password(db.session, user, request.form["password"])
+    passwords.set_password(db.session, user, request.form["password"])
 
 
 def _settings(status: int = 200, **extra):
@@ -121,20 +151,6 @@ def revoke_token(token_id: int):
     return redirect(url_for("ui.settings") + "#tokens")
 
 
-@bp.post("/settings/keys")
-@login_required
-def add_key():
-    form = request.form
-    try:
-        key = accounts.add_public_key(db.session, signin.viewer(), form.get("pem", "").strip(),
-                                      name=form.get("name", "").strip())
-    except ApiError as e:
-        return _settings(e.status, key_error=str(e), key_hint=e.hint,
-                         key_form={"name": form.get("name", ""), "pem": form.get("pem", "")})
-    flash(f"Key {key.key_id} is registered.")
-    return redirect(url_for("ui.settings") + "#keys")
-
-
 @bp.post("/settings/keys/delete")
 @login_required
 def delete_key():
@@ -151,8 +167,9 @@ def change_password():
     if passwords.check_password(db.session, user.name, request.form.get("current", "")) is None:
         return _settings(400, password_error="The current password is wrong.")
     try:
-        signin.refresh_fingerprint(_new_password(user))
+        _new_password(user)
     except BadRequest as e:
         return _settings(400, password_error=str(e))
+    signin.sign_in(user)  # a new session for this browser only
     flash("Your password is changed; other browsers are signed out.")
     return redirect(url_for("ui.settings"))

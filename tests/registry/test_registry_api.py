@@ -9,9 +9,10 @@ import re
 
 import pytest
 import requests
-from conftest import HEADER, bundle_ops, post_commit, signed_bundle
+from conftest import HEADER, bundle_ops, new_signing_key, post_commit, signed_bundle
 from cryptography.hazmat.primitives import serialization
 from openapi_spec_validator import validate
+from hubcli.signing.keys import sign_challenge
 from sqlalchemy import select
 
 from registry_server.models import Token
@@ -36,10 +37,11 @@ def publish(registry, token: str, folder, repo: str, *, private: bool = False) -
 def catalogue(registry, signing_key, tmp_path):
     """alice's adapters: sentiment (2 versions), ner, private secret; bob's news."""
     alice = registry.user("alice", key=signing_key)
-    bob = registry.user("bob", key=signing_key)
+    bob_key = new_signing_key(tmp_path / "bob")  # a key belongs to one account
+    bob = registry.user("bob", key=bob_key)
 
-    def bundle(name, version="1.0.0", **kw):
-        return signed_bundle(tmp_path / f"{name}-{version}", signing_key, name=name,
+    def bundle(name, version="1.0.0", key=signing_key, **kw):
+        return signed_bundle(tmp_path / f"{name}-{version}", key, name=name,
                              version=version, **kw)
 
     publish(registry, alice, bundle("sentiment", description="Movie review polarity",
@@ -54,7 +56,8 @@ def catalogue(registry, signing_key, tmp_path):
                                     base_model={"content_hash": BASE_B}), "alice/ner")
     publish(registry, alice, bundle("secret", base_model={"content_hash": BASE_A}),
             "alice/secret", private=True)
-    publish(registry, bob, bundle("news", description="News topics", tags=["news"],
+    publish(registry, bob, bundle("news", key=bob_key, description="News topics",
+                                  tags=["news"],
                                   base_model={"content_hash": BASE_A, "name": "other-bert"}),
             "bob/news")
     for _ in range(3):
@@ -148,23 +151,35 @@ def test_yank_unyank_and_delete(registry, catalogue, signing_key, tmp_path):
                                       "numbers are never reused")
 
 
+def proven(registry, token: str, key, pem: str | None = None) -> dict:
+    """A POST /api/v1/keys body for `pem` (default: `key`'s public half) with a proof signed
+    by `key`'s private half."""
+    challenge = requests.post(f"{registry.url}/api/v1/keys/challenge", headers=auth(token))
+    assert challenge.status_code == 201
+    nonce = challenge.json()["challenge"]
+    private = serialization.load_pem_private_key(key.private_path.read_bytes(), None)
+    return {"pem": key.public_pem if pem is None else pem, "challenge": nonce,
+            "signature": sign_challenge(private, nonce)}
+
+
 def test_public_keys_are_uploaded_listed_and_deleted(registry, signing_key):
     token = registry.user("carol")
     url = f"{registry.url}/api/v1/keys"
-    added = requests.post(url, json={"pem": signing_key.public_pem, "name": "laptop"},
+    added = requests.post(url, json={**proven(registry, token, signing_key), "name": "laptop"},
                           headers=auth(token))
     assert added.status_code == 201
     der = serialization.load_pem_public_key(signing_key.public_pem.encode()).public_bytes(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     key_id = "sha256:" + hashlib.sha256(der).hexdigest()
     assert added.json()["key_id"] == key_id
-    assert requests.post(url, json={"pem": signing_key.public_pem},
+    assert requests.post(url, json=proven(registry, token, signing_key),
                          headers=auth(token)).status_code == 409
     assert [k["name"] for k in requests.get(url, headers=auth(token)).json()["items"]] == [
         "laptop"]
     private = signing_key.private_path.read_text()
     for pem in ("hello", private):
-        bad = requests.post(url, json={"pem": pem}, headers=auth(token))
+        bad = requests.post(url, json=proven(registry, token, signing_key, pem),
+                            headers=auth(token))
         assert bad.status_code == 400
         assert bad.json()["error"] == "not a PEM public key"
     assert requests.delete(f"{url}/{key_id}", headers=auth(token)).status_code == 204

@@ -94,7 +94,7 @@ def test_a_commit_cannot_reference_another_adapters_blob_by_hash(registry, alice
                                                                  tmp_path):
     bundle = signed_bundle(tmp_path / "b", signing_key)
     assert post_commit(registry, alice, [HEADER, *bundle_ops(bundle)]).status_code == 200
-    mallory = registry.user("mallory", key=signing_key)
+    mallory = registry.user("mallory")
     requests.post(f"{registry.url}/api/repos/create", json={"name": "sst2"},
                   headers={"Authorization": f"Bearer {mallory}"})
     weights = (bundle / "adapter.safetensors").read_bytes()

@@ -240,7 +240,7 @@ def test_lfs_upload_url_needs_its_signature_and_matching_bytes(lfs_registry, sig
 
 def test_private_adapters_are_for_members_and_orgs_take_member_pushes(registry, hf, alice,
                                                                       signing_key, tmp_path):
-    bob = registry.user("bob", key=signing_key)
+    bob = registry.user("bob")
     registry.org("acme", "alice")
     api = _api(hf, registry, alice)
     api.create_repo("alice/secret", private=True)

@@ -111,7 +111,7 @@ def test_adapter_page(page, tmp_path):
     assert shot.stat().st_size > 10_000 and phone.stat().st_size > 10_000
 
 
-def test_sign_in_create_and_revoke_a_token_add_a_key(page, tmp_path):
+def test_sign_in_create_and_revoke_a_token(page):
     page.goto("/alice/sst2-sentiment")
     page.get_by_role("link", name="Sign in").click()
     page.get_by_label("User name").fill("alice")
@@ -133,12 +133,10 @@ def test_sign_in_create_and_revoke_a_token_add_a_key(page, tmp_path):
     row.get_by_role("button", name="Revoke token browser").click()
     expect_text(page, ".flashes", "Token 'browser' is revoked.")
     expect_text(page, "tr:has-text('browser')", "revoked")
-    key = new_signing_key(tmp_path / "keys")
-    page.get_by_label("Name (optional)").fill("second laptop")
-    page.get_by_label("Public key (PEM)").fill(key.public_pem)
-    page.get_by_role("button", name="Add key").click()
-    expect_text(page, ".flashes", "is registered.")
-    assert page.locator("#keys tbody tr").count() == 2
+    # Keys are added with `hub keys upload` (proof of the private key), not by a web form.
+    expect_text(page, "#keys", "hub keys upload signs a one-time challenge")
+    assert page.locator("#keys textarea").count() == 0
+    assert page.locator("#keys tbody tr").count() == 1
     page.get_by_role("button", name="Sign out").click()
     expect_text(page, ".flashes", "You are signed out.")
 
