@@ -48,6 +48,8 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     ui.init_app(app)
     if app.config["AUTO_MIGRATE"]:
         _migrate(app)
+    from registry_server import staging
+    staging.clean_stale(staging.root(app))  # left by pushes that died with their process
     _warm_up()
     return app
 

@@ -7,7 +7,9 @@ rename on disk; an S3 PUT or completed multipart upload is all-or-nothing) and i
 
 from __future__ import annotations
 
+import os
 import shutil
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,7 +39,8 @@ class BlobStorage(ABC):
 
     @abstractmethod
     def copy_to(self, sha256: str, dest: Path) -> None:
-        """Write blob `sha256` to the local file `dest`.
+        """Write blob `sha256` to the local file `dest`, which is for reading only (disk
+        storage hard-links it when it can, rather than copying).
 
         Raises:
             FileNotFoundError: no such blob.
@@ -108,6 +111,23 @@ def _fanout(sha256: str) -> str:
     return f"{sha256[:2]}/{sha256[2:4]}/{sha256}"
 
 
+def _link_into(source: Path, final: Path) -> None:
+    """Hard-link `source` to `final` atomically (a temp link renamed over), read-only.
+
+    Raises:
+        OSError: linking is not possible (another file system, or no hard links).
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex}")
+    os.link(source, tmp)
+    try:
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 class DiskStorage(BlobStorage):
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -120,11 +140,21 @@ class DiskStorage(BlobStorage):
 
     def put(self, sha256: str, source: Path) -> None:
         final = self.path(sha256)
-        if not final.exists():
+        if final.exists():
+            return
+        try:
+            # Same file system (the instance's tmp folder): store by linking, not copying.
+            _link_into(source, final)
+        except OSError:
             atomic_copy(source, final, mode=0o644)
 
     def copy_to(self, sha256: str, dest: Path) -> None:
-        shutil.copyfile(self.path(sha256), dest)
+        try:
+            os.link(self.path(sha256), dest)
+        except FileNotFoundError:
+            raise
+        except OSError:
+            shutil.copyfile(self.path(sha256), dest)
 
     def _body(self, sha256: str, plan: _Plan) -> Response:
         f = open(self.path(sha256), "rb")

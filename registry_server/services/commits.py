@@ -24,11 +24,13 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from hubcli.bundle import README, check_bundle
+from hubcli.bundle import README
+from hubcli.bundle.check import SIGNATURE, check_contents, check_names
 from hubcli.errors import (BundleError, HubError, ManifestError, SignatureError,
                            UntrustedSignerError)
 from hubcli.fsutil import CHUNK
-from hubcli.signing.verify import verify_signature
+from hubcli.signing import trust
+from hubcli.signing.verify import verify_digests
 from registry_server import semver
 from registry_server.db import insert_ignore
 from registry_server.errors import (BadRequest, Conflict, PayloadTooLarge, Rejected,
@@ -89,17 +91,16 @@ class _Entry:
     sha256: str
     size: int
     source: Path | None = None  # a staged file, or None when the blob is stored already
+    git_oid: str | None = None  # known for blobs a version holds already
 
 
-def digest_file(path: Path) -> tuple[str, str, int]:
-    """(hex SHA-256, git blob SHA-1, size) of a file, read once."""
-    size = os.path.getsize(path)
-    sha256, sha1 = hashlib.sha256(), hashlib.sha1(b"blob %d\0" % size)
+def git_blob_oid(path: Path) -> str:
+    """The git blob SHA-1 of a file (`blob <size>\\0` + bytes)."""
+    sha1 = hashlib.sha1(b"blob %d\0" % os.path.getsize(path))
     with open(path, "rb") as f:
         while chunk := f.read(CHUNK):
-            sha256.update(chunk)
             sha1.update(chunk)
-    return sha256.hexdigest(), sha1.hexdigest(), size
+    return sha1.hexdigest()
 
 
 def commit(session: Session, storage: BlobStorage, adapter: Adapter, user: User,
@@ -121,13 +122,15 @@ def commit(session: Session, storage: BlobStorage, adapter: Adapter, user: User,
     bundle = workdir / "bundle"
     bundle.mkdir()
     _materialise(storage, tree, bundle)
-    manifest, signer = _check_policy(session, adapter, user, bundle)
+    manifest, signer = _check_policy(session, adapter, user, bundle, tree)
     version_name = manifest["version"]
     digest = tree_digest(tree)
     existing = _existing(session, adapter, version_name, digest)
     if existing is not None:
         return CommitResult(existing, created=False)
-    hashes = {path: digest_file(bundle / path) for path in tree}
+    # Every SHA-256 is known already (computed on upload); only new blobs need a git SHA-1.
+    hashes = {path: (e.sha256, e.git_oid or git_blob_oid(bundle / path), e.size)
+              for path, e in tree.items()}
     for path, entry in tree.items():
         if entry.source is not None:
             storage.put(entry.sha256, bundle / path)
@@ -140,7 +143,8 @@ def _build_tree(session: Session, adapter: Adapter, request: CommitRequest) -> d
     tree: dict[str, _Entry] = {}
     if request.parent_commit or adapter.latest is not None:
         parent = resolve_revision(session, adapter, request.parent_commit or "main").version
-        tree = {f.path: _Entry(f.blob_sha256, f.blob.size) for f in parent.files}
+        tree = {f.path: _Entry(f.blob_sha256, f.blob.size, git_oid=f.blob.git_oid)
+                for f in parent.files}
     for path in request.deleted_files:
         tree.pop(path, None)
     for folder in request.deleted_folders:
@@ -197,9 +201,10 @@ def _materialise(storage: BlobStorage, tree: dict[str, _Entry], bundle: Path) ->
             storage.copy_to(entry.sha256, bundle / path)
 
 
-def _check_policy(session: Session, adapter: Adapter, user: User,
-                  bundle: Path) -> tuple[dict, str]:
-    """The bundle's manifest and signer key id.
+def _check_policy(session: Session, adapter: Adapter, user: User, bundle: Path,
+                  tree: dict[str, _Entry]) -> tuple[dict, str]:
+    """The bundle's manifest and signer key id, checked with the digests the tree knows (no
+    file is hashed again).
 
     Raises:
         Rejected: not a valid bundle, or it names another adapter.
@@ -207,8 +212,11 @@ def _check_policy(session: Session, adapter: Adapter, user: User,
     """
     keys = [k.pem.encode() for k in list_public_keys(session, user)]
     try:
-        manifest = check_bundle(bundle, require_signature=True)
-        signer = verify_signature(bundle, keys)
+        sizes = {path: entry.size for path, entry in tree.items()}
+        check_names(bundle, sizes, require_signature=True)
+        digests = {path: entry.sha256 for path, entry in tree.items() if path != SIGNATURE}
+        manifest = check_contents(bundle, sizes, digests)
+        signer = verify_digests(bundle, trust.unnamed(keys), digests).key_id
     except (BundleError, ManifestError) as e:
         raise Rejected(_pusher_view(e, bundle), hint=e.hint) from None
     except UntrustedSignerError as e:
