@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 MAX_DEPTH = 64
+NUL = "\x00"
 
 
 def loads(raw: str | bytes, *, max_depth: int = MAX_DEPTH, **kwargs: Any) -> Any:
@@ -43,3 +44,22 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
             return True
         stack.extend((child, depth + 1) for child in children)
     return False
+
+
+def nul_field(value: Any, where: str) -> str | None:
+    """The first field of a parsed JSON value (`where`, `where.key`, `where[3]`) holding a NUL
+    character, which PostgreSQL cannot store in text; None if there is none."""
+    stack = [(value, where)]
+    while stack:
+        item, name = stack.pop()
+        if isinstance(item, str):
+            if NUL in item:
+                return name
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if NUL in key:
+                    return name
+                stack.append((child, f"{name}.{key}" if name else key))
+        elif isinstance(item, list):
+            stack.extend((child, f"{name}[{i}]") for i, child in enumerate(item))
+    return None

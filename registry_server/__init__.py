@@ -31,6 +31,9 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     app.config.update(test_config or {})
     config_mod.finalize(app.config, Path(app.instance_path))
     app.json.sort_keys = False
+    from registry_server import httputil
+    app.url_map.converters["int"] = httputil.IdConverter
+    app.before_request(httputil.refuse_nul)
 
     from registry_server import api, errors, hfapi, lfs, storage
     from registry_server.db import db
@@ -49,7 +52,8 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     if app.config["AUTO_MIGRATE"]:
         _migrate(app)
     from registry_server import staging
-    staging.clean_stale(staging.root(app))  # left by pushes that died with their process
+    # Left by pushes that died with their process; `hub-registry gc` starts the app too.
+    staging.clean_stale(staging.root(app))
     _warm_up()
     return app
 

@@ -11,7 +11,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 
 from registry_server.auth import current_user, require_user
 from registry_server.db import db
-from registry_server.httputil import field, int_arg, iso, json_body
+from registry_server.httputil import MAX_PAGE, field, int_arg, iso, json_body
 from registry_server.models import Adapter, PublicKey, Token, Version
 from registry_server.services import accounts, repos, search, versions
 
@@ -72,7 +72,7 @@ def _page_json(page: search.Page, items: list[dict]) -> dict:
 
 def _paging() -> tuple[int, int]:
     config = current_app.config
-    return (int_arg("page", 1),
+    return (int_arg("page", 1, maximum=MAX_PAGE),
             int_arg("per_page", config["PAGE_SIZE"], maximum=config["MAX_PAGE_SIZE"]))
 
 

@@ -140,20 +140,17 @@ def add_key(user: str, pem_file: Path, name: str) -> None:
               help="Keep unreferenced blobs younger than this (uploads in progress).")
 @click.option("--dry-run", is_flag=True)
 def gc(grace_hours: float, dry_run: bool) -> None:
-    """Delete stored blobs that no version references (left by refused or abandoned pushes),
-    and staging files of pushes that died (untouched for 6 hours)."""
-    from registry_server import staging
+    """Delete stored blobs that no version references (left by refused or abandoned pushes).
+
+    Stale staging files of pushes that died are removed too, as on every start of the app."""
     from registry_server.storage import get_storage
 
     app = _app()
     with app.app_context(), db.session_scope() as session:
         removed = maintenance.collect_garbage(session, get_storage(app),
                                               grace_hours=grace_hours, dry_run=dry_run)
-    stale = [] if dry_run else staging.clean_stale(staging.root(app))
     verb = "would remove" if dry_run else "removed"
     click.echo(f"{verb} {len(removed)} unreferenced blobs")
-    if not dry_run:
-        click.echo(f"removed {len(stale)} stale staging entries")
 
 
 def main() -> None:

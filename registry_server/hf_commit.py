@@ -297,8 +297,8 @@ def _operation(raw: bytes, number: int) -> tuple[str, dict[str, Any]]:
 
 def _read_header(value: dict[str, Any], request: CommitRequest, where: str) -> None:
     summary, parent = value.get("summary", ""), value.get("parentCommit")
-    if not isinstance(summary, str):
-        raise BadRequest(f"{where}header summary must be a string")
+    if not isinstance(summary, str) or "\0" in summary:
+        raise BadRequest(f"{where}header summary must be a string without NUL characters")
     if parent is not None and (not isinstance(parent, str) or not COMMIT.fullmatch(parent)):
         raise BadRequest(f"{where}parentCommit must be a 40-hex commit id")
     request.summary, request.parent_commit = summary, parent

@@ -29,6 +29,7 @@ from hubcli.bundle.check import SIGNATURE, check_contents, check_names
 from hubcli.errors import (BundleError, HubError, ManifestError, SignatureError,
                            UntrustedSignerError)
 from hubcli.fsutil import CHUNK
+from hubcli.safejson import NUL, nul_field
 from hubcli.signing import trust
 from hubcli.signing.verify import verify_digests
 from registry_server import semver
@@ -42,6 +43,8 @@ from registry_server.services.repos import refresh_latest, require_writer, resol
 from registry_server.storage import BlobStorage
 
 CARD_CHARS = 100_000
+VERSION_LEN = 64  # the lengths of their database columns
+BASE_NAME_LEN = 256
 
 
 @dataclass(frozen=True)
@@ -226,6 +229,7 @@ def _check_policy(session: Session, adapter: Adapter, user: User, bundle: Path,
                                 "again") from None
     except SignatureError as e:
         raise SignatureRejected(_pusher_view(e, bundle), hint=e.hint) from None
+    _check_storable(manifest, bundle)
     if not semver.is_version(manifest["version"]):
         raise Rejected(f"manifest.json version {manifest['version']!r} is not a semantic version",
                        hint="use MAJOR.MINOR.PATCH, e.g. 1.0.0")
@@ -234,6 +238,23 @@ def _check_policy(session: Session, adapter: Adapter, user: User, bundle: Path,
                        f"{adapter.repo_id}",
                        hint=f"push it to {adapter.namespace.name}/{manifest['name']}")
     return manifest, signer
+
+
+def _check_storable(manifest: dict, bundle: Path) -> None:
+    """What the schema allows but a database column cannot hold, refused alike on every
+    database: NUL characters (PostgreSQL text) and values longer than their column.
+
+    Raises:
+        Rejected: names the field.
+    """
+    bad = nul_field(manifest, "")
+    if bad is not None:
+        raise Rejected(f"manifest.json field {bad!r} contains a NUL character")
+    for name, value, most in (("version", manifest["version"], VERSION_LEN),
+                              ("base_model.name", manifest["base_model"]["name"], BASE_NAME_LEN)):
+        if len(value) > most:
+            raise Rejected(f"manifest.json field {name!r} has {len(value)} characters; at most "
+                           f"{most} are allowed")
 
 
 def _pusher_view(error: HubError, bundle: Path) -> str:
@@ -276,10 +297,20 @@ def _existing(session: Session, adapter: Adapter, version: str, digest: str) -> 
 
 
 def _read_card(bundle: Path) -> str:
+    """The model card's first CARD_CHARS characters (read no further).
+
+    Raises:
+        Rejected: it holds a NUL character, which no text column stores alike everywhere.
+    """
     try:
-        return (bundle / README).read_text(encoding="utf-8", errors="replace")[:CARD_CHARS]
+        with open(bundle / README, "rb") as f:
+            raw = f.read(4 * CARD_CHARS)  # UTF-8: at most 4 bytes a character
     except FileNotFoundError:
         return ""
+    card = raw.decode("utf-8", errors="replace")[:CARD_CHARS]
+    if NUL in card:
+        raise Rejected(f"{README} contains a NUL character", hint="a model card is text")
+    return card
 
 
 def _record(session: Session, adapter: Adapter, user: User, summary: str, manifest: dict,
