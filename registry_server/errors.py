@@ -8,6 +8,7 @@ for the Hugging Face client, an `X-Error-Code`. Every error answer is JSON
 
 from __future__ import annotations
 
+import errno
 import logging
 import re
 
@@ -159,6 +160,24 @@ def _http_error(e: HTTPException) -> Response:
     return response
 
 
+def _os_error(e: OSError) -> Response:
+    """A full or read-only disk is the operator's to fix, not a bug: say so, with a status a
+    client may retry on. Every write is atomic, so nothing half-written stays visible, and the
+    next request works again once there is room."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        log.error("storage full on %s %s: %s", request.method, request.path, e)
+        return error_response("the registry's storage is full; nothing was changed", 507,
+                              code="InsufficientStorage",
+                              hint="try again later; the registry's operator must free space")
+    if e.errno == errno.EROFS:
+        log.error("storage read-only on %s %s: %s", request.method, request.path, e)
+        return error_response("the registry's storage is read-only; nothing was changed", 503,
+                              code="StorageUnavailable",
+                              hint="try again later; the registry's operator must make it "
+                                   "writable")
+    return _unexpected(e)
+
+
 def _unexpected(e: Exception) -> Response:
     # Logged with the path only: request headers (and so tokens) never reach the log.
     log.exception("internal error on %s %s", request.method, request.path)
@@ -168,5 +187,6 @@ def _unexpected(e: Exception) -> Response:
 def init_app(app: Flask) -> None:
     app.register_error_handler(HubError, _hub_error)
     app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(OSError, _os_error)
     app.register_error_handler(Exception, _unexpected)
     app.after_request(_safe_headers)

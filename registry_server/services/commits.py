@@ -230,6 +230,11 @@ def _check_policy(session: Session, adapter: Adapter, user: User, bundle: Path,
     except SignatureError as e:
         raise SignatureRejected(_pusher_view(e, bundle), hint=e.hint) from None
     _check_storable(manifest, bundle)
+    if "+" in manifest["version"]:
+        # Versions differing only in build metadata would rank equal (semver.org §10).
+        raise Rejected(f"manifest.json field 'version' {manifest['version']!r} has build "
+                       "metadata, which this registry does not accept",
+                       hint="drop the '+...' part; bump the patch or pre-release instead")
     if not semver.is_version(manifest["version"]):
         raise Rejected(f"manifest.json version {manifest['version']!r} is not a semantic version",
                        hint="use MAJOR.MINOR.PATCH, e.g. 1.0.0")

@@ -4,8 +4,10 @@ references, atomicity and concurrent pushes of one version."""
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -262,3 +264,32 @@ def test_concurrent_pushes_of_one_version_one_wins_one_conflicts(registry, alice
     assert sorted(statuses) == [200, 409]
     with registry.session() as session:
         assert len(session.scalars(select(Version)).all()) == 1
+
+
+@pytest.mark.parametrize("code, status, message", [
+    (errno.ENOSPC, 507, "the registry's storage is full; nothing was changed"),
+    (errno.EROFS, 503, "the registry's storage is read-only; nothing was changed"),
+])
+def test_a_full_or_read_only_storage_is_a_clear_answer_and_recovers(
+        registry, alice, signing_key, tmp_path, monkeypatch, code, status, message):
+    bundle = signed_bundle(tmp_path / "b", signing_key)
+
+    def no_room(self, sha256, source):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(type(get_storage(registry.app)), "put", no_room)
+    answer = post_commit(registry, alice, [HEADER, *bundle_ops(bundle)])
+    assert answer.status_code == status
+    assert answer.json()["error"] == message
+    with registry.session() as session:
+        assert session.scalars(select(Version)).all() == []
+    monkeypatch.undo()  # room again: no restart needed
+    assert post_commit(registry, alice, [HEADER, *bundle_ops(bundle)]).status_code == 200
+
+
+def test_build_metadata_is_refused(registry, alice, signing_key, tmp_path):
+    bundle = signed_bundle(tmp_path / "b", signing_key, version="1.0.0+build.1")
+    answer = post_commit(registry, alice, [HEADER, *bundle_ops(bundle)])
+    assert answer.status_code == 422
+    assert answer.json()["error"] == ("manifest.json field 'version' '1.0.0+build.1' has build "
+                                      "metadata, which this registry does not accept")

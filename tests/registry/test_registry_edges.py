@@ -46,6 +46,8 @@ def test_control_characters_are_escaped_in_every_header(registry):
      "query parameter 'page' must be from 1 to 1000000, not 99999999999999999999"),
     ("/api/v1/adapters?page=0", "query parameter 'page' must be from 1 to 1000000, not 0"),
     ("/api/v1/adapters?per_page=101", "query parameter 'per_page' must be from 1 to 100, not 101"),
+    ("/api/v1/adapters?task=AAA",
+     "query parameter 'task' must be one of classification, regression, tagging, qa, not 'AAA'"),
 ])
 def test_bad_urls_are_400_naming_the_parameter(registry, path, message):
     assert _error(requests.get(registry.url + path), 400) == message
@@ -63,6 +65,7 @@ def test_an_id_no_database_can_hold_is_a_404(registry, alice):
      "field 'x[0].y' contains a NUL character"),
     ("/api/repos/create", {"name": "n\u0000"}, "field 'name' contains a NUL character"),
     ("/api/v1/keys", {"pem": "\u0000"}, "field 'pem' contains a NUL character"),
+    ("/api/v1/tokens", {"name": None}, "field 'name' must be of type str, not null"),
 ])
 def test_nul_characters_in_json_bodies_are_400(registry, alice, path, body, message):
     answer = requests.post(registry.url + path, json=body,
