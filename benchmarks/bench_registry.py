@@ -286,7 +286,7 @@ def weights_blob(app) -> tuple[Path, str, int]:
 
     from registry_server.db import db
     from registry_server.models import Blob, VersionFile
-    from registry_server.storage import get_storage
+    from registry_server.blobhttp import get_storage
 
     with db.session_scope(app) as session:
         blob = session.scalars(select(Blob).join(VersionFile, VersionFile.blob_sha256 == Blob.sha256)

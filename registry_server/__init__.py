@@ -35,14 +35,14 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     app.url_map.converters["int"] = httputil.IdConverter
     app.before_request(httputil.refuse_nul)
 
-    from registry_server import api, errors, hfapi, lfs, storage
+    from registry_server import api, blobhttp, errors, hfapi, lfs
     from registry_server.db import db
     from registry_server.services import downloads
 
     db.init_app(app)
     app.extensions[downloads.EXTENSION] = downloads.DownloadCounter(
         db.factory(app), app.config["DOWNLOAD_FLUSH_SECONDS"])
-    storage.init_app(app)
+    blobhttp.init_app(app)
     errors.init_app(app)
     app.register_blueprint(api.bp)
     app.register_blueprint(lfs.bp)

@@ -11,13 +11,13 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from hubcli.manifest import WEIGHTS
 from registry_server import hf_commit, staging
 from registry_server.auth import current_user, require_token, require_user
+from registry_server.blobhttp import blob_response, get_storage
 from registry_server.db import db
 from registry_server.errors import (BadRequest, Conflict, EntryNotFound, PayloadTooLarge,
                                     RepoNotFound, error_response, header_safe)
 from registry_server.httputil import field, iso, json_body, public_url
 from registry_server.models import Adapter, Version, VersionFile
 from registry_server.services import accounts, commits, downloads, repos
-from registry_server.storage import get_storage
 
 bp = Blueprint("hfapi", __name__)
 
@@ -230,7 +230,7 @@ def refs(repo_type: str, namespace: str, name: str) -> Response:
 @bp.route("/<namespace>/<name>/resolve/<revision>/<path:filename>", methods=["GET", "HEAD"])
 def resolve(namespace: str, name: str, revision: str, filename: str) -> Response:
     f = repos.locate_file(db.session, namespace, name, revision, filename, current_user())
-    response = get_storage().response(f.sha256, f.size)
+    response = blob_response(get_storage(), f.sha256, f.size)
     response.headers["X-Repo-Commit"] = f.commit_sha
     response.headers["X-Linked-Size"] = str(f.size)
     response.headers["Cache-Control"] = ("public, max-age=31536000, immutable"

@@ -25,13 +25,13 @@ from sqlalchemy import select
 from hubcli.fsutil import CHUNK
 from registry_server import staging
 from registry_server.auth import require_user
+from registry_server.blobhttp import get_storage
 from registry_server.db import db, insert_ignore
 from registry_server.errors import BadRequest, Forbidden, NotFound
 from registry_server.httputil import field, json_body, public_url
 from registry_server.models import Adapter, LfsUpload, utcnow
 from registry_server.services import repos
 from registry_server.services.commits import referencable_objects
-from registry_server.storage import get_storage
 
 bp = Blueprint("lfs", __name__)
 

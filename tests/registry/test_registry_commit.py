@@ -17,10 +17,10 @@ from conftest import HEADER, bundle_ops, file_op, post_commit, signed_bundle, st
 from sqlalchemy import select
 
 from registry_server import hf_commit
+from registry_server.blobhttp import get_storage
 from registry_server.models import Blob, Version
 from registry_server.services import commits
 from registry_server.services.maintenance import collect_garbage
-from registry_server.storage import get_storage
 
 
 @pytest.fixture
