@@ -103,9 +103,14 @@ def make_bundle_dir(path: Path, key_path: Path, version: str, seed: int) -> Path
 
 # --- load generation ----------------------------------------------------------------------
 
+# `taskset -c CPUS` prefixes from --pin: servers on some cores, load clients on the others, so
+# the clients' CPU time does not show up as server latency.
+SERVER_PIN: list[str] = []
+CLIENT_PIN: list[str] = []
+
 def wrk(url: str, *, connections: int, duration: int) -> dict:
     """Requests/s and latency percentiles (ms) from wrk (GET only)."""
-    out = subprocess.run(["wrk", "-t", str(min(connections, 2)), "-c", str(connections), "-d",
+    out = subprocess.run([*CLIENT_PIN, "wrk", "-t", str(min(connections, 2)), "-c", str(connections), "-d",
                           f"{duration}s", "--latency", url],
                          capture_output=True, text=True, check=True).stdout
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
@@ -117,7 +122,7 @@ def wrk(url: str, *, connections: int, duration: int) -> dict:
 
 def ab_head(url: str, *, connections: int, duration: int) -> dict:
     """HEAD requests/s and latency percentiles (ms) from ApacheBench (`ab -i`)."""
-    out = subprocess.run(["ab", "-i", "-q", "-c", str(connections), "-t", str(duration), "-n",
+    out = subprocess.run([*CLIENT_PIN, "ab", "-i", "-q", "-c", str(connections), "-t", str(duration), "-n",
                           "10000000", url], capture_output=True, text=True, check=True).stdout
     rate = float(re.search(r"Requests per second:\s+([\d.]+)", out).group(1))
     pct = dict(re.findall(r"^\s+(50|99)%\s+(\d+)", out, re.M))
@@ -145,11 +150,17 @@ def _client(args) -> list[float]:
     return latencies
 
 
+def _pin(cpus: set[int] | None) -> None:
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+
+
 def python_load(url: str, *, connections: int, duration: int, method: str = "GET") -> dict:
     """The same figures from Python client processes (when wrk is not installed)."""
     m = re.fullmatch(r"http://127\.0\.0\.1:(\d+)(/.*)", url)
     deadline = time.monotonic() + duration
-    with multiprocessing.Pool(connections) as pool:
+    cpus = {int(c) for c in CLIENT_PIN[-1].split(",")} if CLIENT_PIN else None
+    with multiprocessing.Pool(connections, initializer=_pin, initargs=(cpus,)) as pool:
         runs = pool.map(_client, [(int(m.group(1)), m.group(2), method, deadline)] * connections)
     latencies = sorted(t for run in runs for t in run)
     return {"rps": len(latencies) / duration,
@@ -168,7 +179,13 @@ def main() -> None:
     parser.add_argument("--pushes", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3, help="download/HEAD rounds")
     parser.add_argument("--database-url", default="", help="default: SQLite in a temp folder")
+    parser.add_argument("--pin", default="", metavar="SERVER_CPUS:CLIENT_CPUS",
+                        help="e.g. 0:1 runs the servers on CPU 0 and the load clients on CPU 1")
     args = parser.parse_args()
+    if args.pin:
+        server_cpus, client_cpus = args.pin.split(":")
+        SERVER_PIN[:] = ["taskset", "-c", server_cpus]
+        CLIENT_PIN[:] = ["taskset", "-c", client_cpus]
     load = wrk if shutil.which("wrk") else python_load
     head_load = ab_head if shutil.which("ab") else partial(python_load, method="HEAD")
 
@@ -178,7 +195,7 @@ def main() -> None:
         os.environ["HUB_HOME"] = str(tmp / "hub_home")
         instance = tmp / "instance"
         results: dict = {"load_generator": load.__name__, "workers": args.workers,
-                         "head_clients": args.head_clients,
+                         "head_clients": args.head_clients, "pin": args.pin or "none",
                          "loadavg": " ".join(f"{x:.1f}" for x in os.getloadavg()),
                          "download_registry": [], "download_nginx": [], "resolve_head": [],
                          "baseline_head": []}
@@ -200,7 +217,8 @@ def main() -> None:
         port = free_port()
         env = {**os.environ, **{f"HUB_REGISTRY_{k}": v for k, v in settings.items()}}
         gunicorn = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-w", str(args.workers), "--preload", "-b",
+            [*SERVER_PIN, sys.executable, "-m", "gunicorn", "-w", str(args.workers), "--preload",
+             "-b",
              f"127.0.0.1:{port}", "registry_server:create_app()"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         nginx = baseline = None
@@ -213,7 +231,8 @@ def main() -> None:
             (tmp / "baseline_app.py").write_text(BASELINE_APP)
             baseline_port = free_port()
             baseline = subprocess.Popen(
-                [sys.executable, "-m", "gunicorn", "-w", str(args.workers), "--chdir", str(tmp),
+                [*SERVER_PIN, sys.executable, "-m", "gunicorn", "-w", str(args.workers),
+                 "--chdir", str(tmp),
                  "-b", f"127.0.0.1:{baseline_port}", "baseline_app:app"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             wait_http(baseline_port, "/f", baseline)
@@ -267,7 +286,7 @@ def weights_blob(app) -> tuple[Path, str, int]:
 
     from registry_server.db import db
     from registry_server.models import Blob, VersionFile
-    from registry_server.storage import get_storage
+    from registry_server.blobhttp import get_storage
 
     with db.session_scope(app) as session:
         blob = session.scalars(select(Blob).join(VersionFile, VersionFile.blob_sha256 == Blob.sha256)
@@ -290,7 +309,7 @@ def start_nginx(tmp: Path, root: Path, workers: int):
     port = free_port()
     conf = tmp / "nginx.conf"
     conf.write_text(NGINX_CONF.format(workers=workers, tmp=tmp, port=port, root=root))
-    proc = subprocess.Popen([binary, "-c", str(conf), "-p", str(tmp)],
+    proc = subprocess.Popen([*SERVER_PIN, binary, "-c", str(conf), "-p", str(tmp)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_http(port, "/", proc)
     return proc, port
@@ -300,6 +319,7 @@ def report(results: dict) -> None:
     size, mib = results["file_bytes"], 1 << 20
     med = statistics.median
     print(f"GET load: {results['load_generator']}; gunicorn workers: {results['workers']}; "
+          f"pinned (server:clients): {results['pin']}; "
           f"load average before: {results['loadavg']}")
     push = results["push"]
     print(f"push ({push['bundle_bytes'] / mib:.1f} MiB bundle, upload_folder): median "

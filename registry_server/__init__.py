@@ -31,15 +31,18 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     app.config.update(test_config or {})
     config_mod.finalize(app.config, Path(app.instance_path))
     app.json.sort_keys = False
+    from registry_server import httputil
+    app.url_map.converters["int"] = httputil.IdConverter
+    app.before_request(httputil.refuse_nul)
 
-    from registry_server import api, errors, hfapi, lfs, storage
+    from registry_server import api, blobhttp, errors, hfapi, lfs
     from registry_server.db import db
     from registry_server.services import downloads
 
     db.init_app(app)
     app.extensions[downloads.EXTENSION] = downloads.DownloadCounter(
         db.factory(app), app.config["DOWNLOAD_FLUSH_SECONDS"])
-    storage.init_app(app)
+    blobhttp.init_app(app)
     errors.init_app(app)
     app.register_blueprint(api.bp)
     app.register_blueprint(lfs.bp)
@@ -48,6 +51,9 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     ui.init_app(app)
     if app.config["AUTO_MIGRATE"]:
         _migrate(app)
+    from registry_server import staging
+    # Left by pushes that died with their process; `hub-registry gc` starts the app too.
+    staging.clean_stale(staging.root(app))
     _warm_up()
     return app
 

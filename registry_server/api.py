@@ -12,9 +12,11 @@ from flask import Blueprint, Response, current_app, jsonify, request
 
 from registry_server.auth import current_user, require_user
 from registry_server.db import db
-from registry_server.httputil import field, int_arg, iso, json_body
+from registry_server.errors import BadRequest
+from registry_server.httputil import MAX_PAGE, field, int_arg, iso, json_body
 from registry_server.models import Adapter, PublicKey, Token, Version
 from registry_server.services import accounts, repos, search, versions
+from registry_server.ui.schema_enums import TASKS
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
 OPENAPI = Path(__file__).resolve().parent / "openapi.json"
@@ -80,7 +82,7 @@ def _page_json(page: search.Page, items: list[dict]) -> dict:
 
 def _paging() -> tuple[int, int]:
     config = current_app.config
-    return (int_arg("page", 1),
+    return (int_arg("page", 1, maximum=MAX_PAGE),
             int_arg("per_page", config["PAGE_SIZE"], maximum=config["MAX_PAGE_SIZE"]))
 
 
@@ -88,6 +90,9 @@ def _paging() -> tuple[int, int]:
 def search_adapters() -> Response:
     page, per_page = _paging()
     args = request.args
+    if args.get("task") is not None and args["task"] not in TASKS:
+        raise BadRequest(f"query parameter 'task' must be one of {', '.join(TASKS)}, not "
+                         f"{args['task']!r}")
     query = search.SearchQuery(
         text=args.get("q", ""), task=args.get("task"), head_type=args.get("head_type"),
         base_model=args.get("base_model"), base_hash=args.get("base_hash"),
@@ -213,6 +218,8 @@ def list_tokens() -> Response:
 def create_token() -> Response:
     user = require_user(write=True)
     body = json_body()
+    if "name" in body and body["name"] is None:
+        raise BadRequest("field 'name' must be of type str, not null")
     token, secret = accounts.create_token(db.session, user, name=field(body, "name", str, "token"),
                                           scope=field(body, "scope", str, "read"))
     return jsonify({**token_json(token), "token": secret}), 201

@@ -141,8 +141,10 @@ def add_key(user: str, pem_file: Path, name: str) -> None:
               help="Keep unreferenced blobs younger than this (uploads in progress).")
 @click.option("--dry-run", is_flag=True)
 def gc(grace_hours: float, dry_run: bool) -> None:
-    """Delete stored blobs that no version references (left by refused or abandoned pushes)."""
-    from registry_server.storage import get_storage
+    """Delete stored blobs that no version references (left by refused or abandoned pushes).
+
+    Stale staging files of pushes that died are removed too, as on every start of the app."""
+    from registry_server.blobhttp import get_storage
 
     app = _app()
     with app.app_context(), db.session_scope() as session:

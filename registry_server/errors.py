@@ -8,7 +8,9 @@ for the Hugging Face client, an `X-Error-Code`. Every error answer is JSON
 
 from __future__ import annotations
 
+import errno
 import logging
+import re
 
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
@@ -124,10 +126,29 @@ def error_response(message: str, status: int, *, code: str | None = None,
     return response
 
 
+# Anything but printable ASCII: servers refuse control characters in a header (gunicorn
+# answers an HTML 500), and clients decode non-ASCII bytes differently.
+_NOT_PRINTABLE = re.compile(r"[^\x20-\x7e]")
+
+
 def header_safe(text: str) -> str:
-    """One line of printable ASCII (HTTP headers are Latin-1 and single-line)."""
+    """One line of printable ASCII, at most 1000 characters; anything else is written as a
+    backslash escape (`\\x01`, `\\xe9`)."""
     flat = " ".join(text.split())
-    return flat.encode("ascii", "backslashreplace").decode("ascii")[:1000]
+    return _escape(flat)[:1000]
+
+
+def _escape(text: str) -> str:
+    return _NOT_PRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def _safe_headers(response: Response) -> Response:
+    """Escape every header value that is not printable ASCII: one place for all of them
+    (error messages, warnings, names echoed from the URL)."""
+    for name, value in list(response.headers.items()):
+        if _NOT_PRINTABLE.search(value):
+            response.headers[name] = _escape(value)
+    return response
 
 
 def _hub_error(e: HubError) -> Response:
@@ -147,6 +168,24 @@ def _http_error(e: HTTPException) -> Response:
     return response
 
 
+def _os_error(e: OSError) -> Response:
+    """A full or read-only disk is the operator's to fix, not a bug: say so, with a status a
+    client may retry on. Every write is atomic, so nothing half-written stays visible, and the
+    next request works again once there is room."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        log.error("storage full on %s %s: %s", request.method, request.path, e)
+        return error_response("the registry's storage is full; nothing was changed", 507,
+                              code="InsufficientStorage",
+                              hint="try again later; the registry's operator must free space")
+    if e.errno == errno.EROFS:
+        log.error("storage read-only on %s %s: %s", request.method, request.path, e)
+        return error_response("the registry's storage is read-only; nothing was changed", 503,
+                              code="StorageUnavailable",
+                              hint="try again later; the registry's operator must make it "
+                                   "writable")
+    return _unexpected(e)
+
+
 def _unexpected(e: Exception) -> Response:
     # Logged with the path only: request headers (and so tokens) never reach the log.
     log.exception("internal error on %s %s", request.method, request.path)
@@ -156,4 +195,6 @@ def _unexpected(e: Exception) -> Response:
 def init_app(app: Flask) -> None:
     app.register_error_handler(HubError, _hub_error)
     app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(OSError, _os_error)
     app.register_error_handler(Exception, _unexpected)
+    app.after_request(_safe_headers)

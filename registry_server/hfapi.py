@@ -5,21 +5,19 @@ and resolve (HEAD/GET with ranges). Only model repositories exist here.
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from hubcli.format.manifest import WEIGHTS
-from registry_server import hf_commit
+from registry_server import hf_commit, staging
 from registry_server.auth import current_user, require_token, require_user
+from registry_server.blobhttp import blob_response, get_storage
 from registry_server.db import db
 from registry_server.errors import (BadRequest, Conflict, EntryNotFound, PayloadTooLarge,
                                     RepoNotFound, error_response, header_safe)
 from registry_server.httputil import field, iso, json_body, public_url
 from registry_server.models import Adapter, Version, VersionFile
 from registry_server.services import accounts, commits, downloads, repos
-from registry_server.storage import get_storage
 
 bp = Blueprint("hfapi", __name__)
 
@@ -131,19 +129,17 @@ def commit(repo_type: str, namespace: str, name: str, revision: str) -> Response
         raise BadRequest(f"commits go to {repos.MAIN}; the version comes from manifest.json",
                          hint=f"push with revision={repos.MAIN}")
     config = current_app.config
-    limit = 4 * (config["MAX_BUNDLE_SIZE"] // 3 + 1) + (1 << 20)
-    if (request.content_length or 0) > limit:
-        raise PayloadTooLarge(f"the commit has {request.content_length} bytes; at most {limit} "
-                              "are allowed", hint="raise HUB_REGISTRY_MAX_BUNDLE_SIZE")
     limits = commits.Limits(config["MAX_FILE_SIZE"], config["MAX_BUNDLE_SIZE"],
                             config["MAX_COMMIT_FILES"])
-    tmp_root = Path(current_app.instance_path) / "tmp"
-    tmp_root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=tmp_root, prefix="commit-") as work:
-        payload = hf_commit.parse(request.stream, workdir=Path(work),
-                                  max_file_size=config["MAX_FILE_SIZE"])
+    limit = hf_commit.request_limit(limits)
+    if (request.content_length or 0) > limit:
+        # Refused before reading; a chunked body is counted as it is read.
+        raise PayloadTooLarge(f"the commit has {request.content_length} bytes; at most {limit} "
+                              "are allowed", hint="raise HUB_REGISTRY_MAX_BUNDLE_SIZE")
+    with staging.workdir(current_app, "commit-") as work:
+        payload = hf_commit.parse(request.stream, workdir=work, limits=limits)
         result = commits.commit(db.session, get_storage(), adapter, user, payload,
-                                limits=limits, workdir=Path(work))
+                                limits=limits, workdir=work)
     sha = result.version.commit_sha
     return jsonify({"commitOid": sha, "commitUrl": f"{public_url()}/{adapter.repo_id}/commit/{sha}",
                     "success": True, "pullRequestUrl": None,
@@ -234,7 +230,7 @@ def refs(repo_type: str, namespace: str, name: str) -> Response:
 @bp.route("/<namespace>/<name>/resolve/<revision>/<path:filename>", methods=["GET", "HEAD"])
 def resolve(namespace: str, name: str, revision: str, filename: str) -> Response:
     f = repos.locate_file(db.session, namespace, name, revision, filename, current_user())
-    response = get_storage().response(f.sha256, f.size)
+    response = blob_response(get_storage(), f.sha256, f.size)
     response.headers["X-Repo-Commit"] = f.commit_sha
     response.headers["X-Linked-Size"] = str(f.size)
     response.headers["Cache-Control"] = ("public, max-age=31536000, immutable"

@@ -2,23 +2,57 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
 from flask import current_app, request
+from werkzeug.routing import IntegerConverter
+
+from hubcli.format import safejson
+from hubcli.format.safejson import NUL, nul_field
 
 from registry_server.errors import BadRequest, PayloadTooLarge
 from registry_server.models import as_utc
 
 MAX_JSON_BODY = 1 << 20
+# Row ids are 32-bit on PostgreSQL; a larger number in a URL or query names nothing.
+MAX_ID = 2**31 - 1
+MAX_PAGE = 1_000_000
+
+
+class IdConverter(IntegerConverter):
+    """Flask's `int` converter, bounded to what a database id can hold: a larger number is a
+    404 like any unknown id, not an overflow in the database."""
+
+    def __init__(self, map, *args, **kwargs) -> None:
+        kwargs.setdefault("max", MAX_ID)
+        super().__init__(map, *args, **kwargs)
+
+
+def refuse_nul() -> None:
+    """Refuse a NUL character in the path, the query or a form field (before any handler:
+    anonymous requests too), the same way on SQLite and PostgreSQL.
+
+    Raises:
+        BadRequest: names where the NUL is.
+    """
+    if NUL in request.path:
+        raise BadRequest("the URL path contains a NUL character")
+    for key, value in request.args.items(multi=True):
+        if NUL in key or NUL in value:
+            raise BadRequest(f"query parameter {key!r} contains a NUL character")
+    if request.mimetype in ("application/x-www-form-urlencoded", "multipart/form-data"):
+        for key, value in request.form.items(multi=True):
+            if NUL in key or NUL in value:
+                raise BadRequest(f"form field {key!r} contains a NUL character")
 
 
 def json_body() -> dict[str, Any]:
     """The request body as a JSON object.
 
     Raises:
-        BadRequest: not JSON, or not an object. PayloadTooLarge: over 1 MiB.
+        BadRequest: not JSON, nested too deeply, not an object, or a NUL character in a
+            field. PayloadTooLarge: over 1 MiB.
     """
     if (request.content_length or 0) > MAX_JSON_BODY:
         raise PayloadTooLarge(f"a JSON body may have at most {MAX_JSON_BODY} bytes")
@@ -26,11 +60,14 @@ def json_body() -> dict[str, Any]:
     if len(raw) > MAX_JSON_BODY:
         raise PayloadTooLarge(f"a JSON body may have at most {MAX_JSON_BODY} bytes")
     try:
-        body = json.loads(raw or b"{}")
+        body = safejson.loads(raw or b"{}")
     except (ValueError, UnicodeDecodeError) as e:
         raise BadRequest(f"the request body is not valid JSON ({e})") from None
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
+    bad = nul_field(body, "")
+    if bad is not None:
+        raise BadRequest(f"field {bad!r} contains a NUL character")
     return body
 
 
@@ -53,11 +90,11 @@ def field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], defaul
     return value
 
 
-def int_arg(name: str, default: int, *, maximum: int | None = None) -> int:
-    """An integer query parameter.
+def int_arg(name: str, default: int, *, minimum: int = 1, maximum: int = MAX_ID) -> int:
+    """An integer query parameter in [minimum, maximum].
 
     Raises:
-        BadRequest: not an integer.
+        BadRequest: not an integer, or out of range (the message names both bounds).
     """
     raw = request.args.get(name)
     if raw is None or raw == "":
@@ -66,7 +103,10 @@ def int_arg(name: str, default: int, *, maximum: int | None = None) -> int:
         value = int(raw)
     except ValueError:
         raise BadRequest(f"query parameter {name!r} must be an integer, not {raw!r}") from None
-    return min(value, maximum) if maximum is not None else value
+    if not minimum <= value <= maximum:
+        raise BadRequest(f"query parameter {name!r} must be from {minimum} to {maximum}, "
+                         f"not {value}")
+    return value
 
 
 def public_url() -> str:

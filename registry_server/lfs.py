@@ -23,14 +23,15 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from sqlalchemy import select
 
 from hubcli.fsutil import CHUNK
+from registry_server import staging
 from registry_server.auth import require_user
+from registry_server.blobhttp import get_storage
 from registry_server.db import db, insert_ignore
 from registry_server.errors import BadRequest, Forbidden, NotFound
 from registry_server.httputil import field, json_body, public_url
 from registry_server.models import Adapter, LfsUpload, utcnow
 from registry_server.services import repos
 from registry_server.services.commits import referencable_objects
-from registry_server.storage import get_storage
 
 bp = Blueprint("lfs", __name__)
 
@@ -108,9 +109,7 @@ def upload(adapter_id: int, oid: str) -> Response:
         raise Forbidden("the upload URL has expired", hint="run the upload again")
     if request.content_length is not None and request.content_length != size:
         raise BadRequest(f"Content-Length is {request.content_length}, the object has {size}")
-    tmp_root = Path(current_app.instance_path) / "tmp"
-    tmp_root.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=tmp_root, prefix="lfs-")
+    fd, tmp = tempfile.mkstemp(dir=staging.root(current_app), prefix="lfs-")
     try:
         with os.fdopen(fd, "wb") as out:
             digest, received = _receive(out, size)

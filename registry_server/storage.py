@@ -3,28 +3,25 @@
 A blob is named by the hex SHA-256 of its bytes, so a file is stored once however many
 versions use it. Callers verify the digest before `put`; `put` itself is atomic (temp file and
 rename on disk; an S3 PUT or completed multipart upload is all-or-nothing) and idempotent.
+Backends know nothing of HTTP: they hand out files and byte spans, and `blobhttp` answers
+requests with them.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import urlparse
 
-from flask import Flask, Response, current_app, request
-from werkzeug.exceptions import RequestedRangeNotSatisfiable
-from werkzeug.wsgi import wrap_file
-
 from hubcli.fsutil import atomic_copy
 
-EXTENSION = "registry_storage"
 CHUNK = 1 << 20
-OCTET_STREAM = "application/octet-stream"
 
 
 class BlobStorage(ABC):
@@ -37,29 +34,25 @@ class BlobStorage(ABC):
 
     @abstractmethod
     def copy_to(self, sha256: str, dest: Path) -> None:
-        """Write blob `sha256` to the local file `dest`.
+        """Write blob `sha256` to the local file `dest`, which is for reading only (disk
+        storage hard-links it when it can, rather than copying).
 
         Raises:
             FileNotFoundError: no such blob.
         """
 
-    def response(self, sha256: str, size: int) -> Response:
-        """A response serving the blob to the current request: HEAD, GET, a single byte range
-        (206), If-None-Match (304), with `ETag` set to the SHA-256.
-
-        HEAD and 304 answers come from the size alone: no file is opened, no S3 call made.
+    @abstractmethod
+    def local_file(self, sha256: str) -> BinaryIO | None:
+        """The blob as an open local file (a server can hand it to sendfile()), or None for a
+        remote store, which serves through `read_span`.
 
         Raises:
-            RequestedRangeNotSatisfiable: a range outside the blob (416).
+            FileNotFoundError: no such blob.
         """
-        plan = _Plan.for_request(sha256, size)
-        if plan.status == 304 or request.method == "HEAD" or plan.start == plan.stop:
-            return Response(status=plan.status, headers=plan.headers, mimetype=OCTET_STREAM)
-        return self._body(sha256, plan)
 
     @abstractmethod
-    def _body(self, sha256: str, plan: _Plan) -> Response:
-        """The GET response for bytes [plan.start, plan.stop) of the blob."""
+    def read_span(self, sha256: str, start: int, stop: int) -> Iterator[bytes]:
+        """Bytes [start, stop) of the blob, in chunks."""
 
     @abstractmethod
     def delete(self, sha256: str) -> None: ...
@@ -67,30 +60,6 @@ class BlobStorage(ABC):
     @abstractmethod
     def digests(self) -> Iterator[tuple[str, float]]:
         """Every stored blob: (SHA-256, time it was stored as a POSIX timestamp)."""
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """What to answer: status, headers, and the byte span of the blob to send."""
-
-    status: int
-    start: int
-    stop: int
-    headers: dict[str, str]
-
-    @classmethod
-    def for_request(cls, sha256: str, size: int) -> _Plan:
-        headers = {"ETag": f'"{sha256}"', "Accept-Ranges": "bytes"}
-        if request.if_none_match.contains(sha256):
-            return cls(304, 0, 0, headers)
-        if request.range is None:
-            return cls(200, 0, size, {**headers, "Content-Length": str(size)})
-        span = request.range.range_for_length(size)
-        if span is None:
-            raise RequestedRangeNotSatisfiable(length=size)
-        start, stop = span
-        return cls(206, start, stop, {**headers, "Content-Length": str(stop - start),
-                                      "Content-Range": f"bytes {start}-{stop - 1}/{size}"})
 
 
 def _span(f: BinaryIO, start: int, stop: int) -> Iterator[bytes]:
@@ -108,6 +77,23 @@ def _fanout(sha256: str) -> str:
     return f"{sha256[:2]}/{sha256[2:4]}/{sha256}"
 
 
+def _link_into(source: Path, final: Path) -> None:
+    """Hard-link `source` to `final` atomically (a temp link renamed over), read-only.
+
+    Raises:
+        OSError: linking is not possible (another file system, or no hard links).
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex}")
+    os.link(source, tmp)
+    try:
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 class DiskStorage(BlobStorage):
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -120,21 +106,27 @@ class DiskStorage(BlobStorage):
 
     def put(self, sha256: str, source: Path) -> None:
         final = self.path(sha256)
-        if not final.exists():
+        if final.exists():
+            return
+        try:
+            # Same file system (the instance's tmp folder): store by linking, not copying.
+            _link_into(source, final)
+        except OSError:
             atomic_copy(source, final, mode=0o644)
 
     def copy_to(self, sha256: str, dest: Path) -> None:
-        shutil.copyfile(self.path(sha256), dest)
+        try:
+            os.link(self.path(sha256), dest)
+        except FileNotFoundError:
+            raise
+        except OSError:
+            shutil.copyfile(self.path(sha256), dest)
 
-    def _body(self, sha256: str, plan: _Plan) -> Response:
-        f = open(self.path(sha256), "rb")
-        if plan.status == 200:
-            # The server's file wrapper: gunicorn hands the file to sendfile().
-            body = wrap_file(request.environ, f, CHUNK)
-        else:
-            body = _span(f, plan.start, plan.stop)
-        return Response(body, status=plan.status, headers=plan.headers, mimetype=OCTET_STREAM,
-                        direct_passthrough=True)
+    def local_file(self, sha256: str) -> BinaryIO:
+        return open(self.path(sha256), "rb")
+
+    def read_span(self, sha256: str, start: int, stop: int) -> Iterator[bytes]:
+        return _span(open(self.path(sha256), "rb"), start, stop)
 
     def delete(self, sha256: str) -> None:
         self.path(sha256).unlink(missing_ok=True)
@@ -186,11 +178,13 @@ class S3Storage(BlobStorage):
                 raise FileNotFoundError(f"no blob {sha256}") from None
             raise
 
-    def _body(self, sha256: str, plan: _Plan) -> Response:
+    def local_file(self, sha256: str) -> None:
+        return None
+
+    def read_span(self, sha256: str, start: int, stop: int) -> Iterator[bytes]:
         obj = self.client.get_object(Bucket=self.bucket, Key=self.key(sha256),
-                                     Range=f"bytes={plan.start}-{plan.stop - 1}")
-        return Response(obj["Body"].iter_chunks(CHUNK), status=plan.status, headers=plan.headers,
-                        mimetype=OCTET_STREAM, direct_passthrough=True)
+                                     Range=f"bytes={start}-{stop - 1}")
+        return obj["Body"].iter_chunks(CHUNK)
 
     def delete(self, sha256: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=self.key(sha256))
@@ -215,12 +209,3 @@ def make_storage(spec: str, *, s3_endpoint_url: str | None = None) -> BlobStorag
             raise ValueError(f"storage {spec!r} names no bucket; use s3://bucket/prefix")
         return S3Storage(url.netloc, url.path, endpoint_url=s3_endpoint_url)
     return DiskStorage(Path(spec))
-
-
-def init_app(app: Flask) -> None:
-    app.extensions[EXTENSION] = make_storage(app.config["STORAGE"],
-                                             s3_endpoint_url=app.config["S3_ENDPOINT_URL"])
-
-
-def get_storage(app: Flask | None = None) -> BlobStorage:
-    return (app or current_app).extensions[EXTENSION]

@@ -10,6 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from hubcli.format import safejson
 from hubcli.errors import ManifestError
 from hubcli.fsutil import atomic_write_text
 
@@ -58,10 +59,12 @@ def read(directory: Path) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise ManifestError("not UTF-8 text", path=str(path)) from None
     try:
-        manifest = json.loads(text)
+        manifest = safejson.loads(text)
     except json.JSONDecodeError as e:
         raise ManifestError(f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}",
                             path=str(path)) from None
+    except ValueError as e:
+        raise ManifestError(f"not valid JSON: {e}", path=str(path)) from None
     validate(manifest, path=str(path))
     return manifest
 

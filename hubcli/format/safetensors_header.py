@@ -7,12 +7,12 @@ then the data buffer, which the tensors must cover exactly, without gaps or over
 
 from __future__ import annotations
 
-import json
 import math
 import struct
 from pathlib import Path
 from typing import Any
 
+from hubcli.format import safejson
 from hubcli.format.spec import TENSOR_DTYPE, Shape
 from hubcli.errors import BundleError
 
@@ -49,7 +49,7 @@ def _load_header(path: Path) -> tuple[dict[str, Any], int]:
                               path=str(path))
         raw = f.read(n)
     try:
-        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
+        header = safejson.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
     except (UnicodeDecodeError, ValueError) as e:
         raise BundleError(f"header is not valid JSON: {e}", path=str(path)) from None
     if not isinstance(header, dict):

@@ -13,11 +13,15 @@ from pathlib import Path
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ec
 from model_signing import hashing, manifest
+
+from hubcli.format import safejson
 from model_signing._signing import sign_ec_key, sign_sigstore_pb, signing
 
 # What a bad signature raises: cryptography's InvalidSignature, or the errors model-signing's
 # unguarded parsing of the envelope and statement lets through (missing keys or signatures).
-VERIFY_ERRORS = (InvalidSignature, ValueError, KeyError, TypeError, IndexError, AttributeError)
+# RecursionError: a deeply nested statement, signed by its pusher's own key, is malformed too.
+VERIFY_ERRORS = (InvalidSignature, ValueError, KeyError, TypeError, IndexError, AttributeError,
+                 RecursionError)
 READ_ERRORS = (ValueError, KeyError, TypeError, AttributeError)
 
 
@@ -39,7 +43,9 @@ def sign_directory(directory: Path, private_key_path: Path, passphrase: str | No
 
 
 def read_signature(path: Path) -> sign_sigstore_pb.Signature:
-    """Parse a signature file (no verification). Raises READ_ERRORS when malformed."""
+    """Parse a signature file (no verification). Raises READ_ERRORS when malformed (nested
+    too deeply included: checked first, since the upstream parser recurses)."""
+    safejson.loads(path.read_bytes())
     return sign_sigstore_pb.Signature.read(path)
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hubcli.format import safejson
 from hubcli.format.bundle_rules import (SIGNATURE, check_contents, check_names, hash_files,
                                  list_files)
 from hubcli.errors import (InvalidSignatureError, NoSignatureError, TamperedError,
@@ -41,7 +41,7 @@ class VerifyResult:
 def _claimed_signer(directory: Path) -> dict[str, Any]:
     """manifest.json's "signer", read leniently: only for messages and the claim check."""
     try:
-        signer = json.loads((directory / MANIFEST).read_text(encoding="utf-8")).get("signer")
+        signer = safejson.loads((directory / MANIFEST).read_text(encoding="utf-8")).get("signer")
     except (OSError, ValueError, AttributeError):
         return {}
     return signer if isinstance(signer, dict) else {}

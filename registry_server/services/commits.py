@@ -24,11 +24,14 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from hubcli.bundle import README, check_bundle
+from hubcli.bundle import README
+from hubcli.format.bundle_rules import SIGNATURE, check_contents, check_names
 from hubcli.errors import (BundleError, HubError, ManifestError, SignatureError,
                            UntrustedSignerError)
 from hubcli.fsutil import CHUNK
-from hubcli.signing.verify import verify_signature
+from hubcli.format.safejson import NUL, nul_field
+from hubcli.signing import trust
+from hubcli.signing.verify import verify_digests
 from registry_server import semver
 from registry_server.db import insert_ignore
 from registry_server.errors import (BadRequest, Conflict, PayloadTooLarge, Rejected,
@@ -40,6 +43,8 @@ from registry_server.services.repos import refresh_latest, require_writer, resol
 from registry_server.storage import BlobStorage
 
 CARD_CHARS = 100_000
+VERSION_LEN = 64  # the lengths of their database columns
+BASE_NAME_LEN = 256
 
 
 @dataclass(frozen=True)
@@ -89,17 +94,16 @@ class _Entry:
     sha256: str
     size: int
     source: Path | None = None  # a staged file, or None when the blob is stored already
+    git_oid: str | None = None  # known for blobs a version holds already
 
 
-def digest_file(path: Path) -> tuple[str, str, int]:
-    """(hex SHA-256, git blob SHA-1, size) of a file, read once."""
-    size = os.path.getsize(path)
-    sha256, sha1 = hashlib.sha256(), hashlib.sha1(b"blob %d\0" % size)
+def git_blob_oid(path: Path) -> str:
+    """The git blob SHA-1 of a file (`blob <size>\\0` + bytes)."""
+    sha1 = hashlib.sha1(b"blob %d\0" % os.path.getsize(path))
     with open(path, "rb") as f:
         while chunk := f.read(CHUNK):
-            sha256.update(chunk)
             sha1.update(chunk)
-    return sha256.hexdigest(), sha1.hexdigest(), size
+    return sha1.hexdigest()
 
 
 def commit(session: Session, storage: BlobStorage, adapter: Adapter, user: User,
@@ -121,13 +125,15 @@ def commit(session: Session, storage: BlobStorage, adapter: Adapter, user: User,
     bundle = workdir / "bundle"
     bundle.mkdir()
     _materialise(storage, tree, bundle)
-    manifest, signer = _check_policy(session, adapter, user, bundle)
+    manifest, signer = _check_policy(session, adapter, user, bundle, tree)
     version_name = manifest["version"]
     digest = tree_digest(tree)
     existing = _existing(session, adapter, version_name, digest)
     if existing is not None:
         return CommitResult(existing, created=False)
-    hashes = {path: digest_file(bundle / path) for path in tree}
+    # Every SHA-256 is known already (computed on upload); only new blobs need a git SHA-1.
+    hashes = {path: (e.sha256, e.git_oid or git_blob_oid(bundle / path), e.size)
+              for path, e in tree.items()}
     for path, entry in tree.items():
         if entry.source is not None:
             storage.put(entry.sha256, bundle / path)
@@ -140,7 +146,8 @@ def _build_tree(session: Session, adapter: Adapter, request: CommitRequest) -> d
     tree: dict[str, _Entry] = {}
     if request.parent_commit or adapter.latest is not None:
         parent = resolve_revision(session, adapter, request.parent_commit or "main").version
-        tree = {f.path: _Entry(f.blob_sha256, f.blob.size) for f in parent.files}
+        tree = {f.path: _Entry(f.blob_sha256, f.blob.size, git_oid=f.blob.git_oid)
+                for f in parent.files}
     for path in request.deleted_files:
         tree.pop(path, None)
     for folder in request.deleted_folders:
@@ -197,9 +204,10 @@ def _materialise(storage: BlobStorage, tree: dict[str, _Entry], bundle: Path) ->
             storage.copy_to(entry.sha256, bundle / path)
 
 
-def _check_policy(session: Session, adapter: Adapter, user: User,
-                  bundle: Path) -> tuple[dict, str]:
-    """The bundle's manifest and signer key id.
+def _check_policy(session: Session, adapter: Adapter, user: User, bundle: Path,
+                  tree: dict[str, _Entry]) -> tuple[dict, str]:
+    """The bundle's manifest and signer key id, checked with the digests the tree knows (no
+    file is hashed again).
 
     Raises:
         Rejected: not a valid bundle, or it names another adapter.
@@ -207,8 +215,11 @@ def _check_policy(session: Session, adapter: Adapter, user: User,
     """
     keys = [k.pem.encode() for k in list_public_keys(session, user)]
     try:
-        manifest = check_bundle(bundle, require_signature=True)
-        signer = verify_signature(bundle, keys)
+        sizes = {path: entry.size for path, entry in tree.items()}
+        check_names(bundle, sizes, require_signature=True)
+        digests = {path: entry.sha256 for path, entry in tree.items() if path != SIGNATURE}
+        manifest = check_contents(bundle, sizes, digests)
+        signer = verify_digests(bundle, trust.unnamed(keys), digests).key_id
     except (BundleError, ManifestError) as e:
         raise Rejected(_pusher_view(e, bundle), hint=e.hint) from None
     except UntrustedSignerError as e:
@@ -218,6 +229,12 @@ def _check_policy(session: Session, adapter: Adapter, user: User,
                                 "again") from None
     except SignatureError as e:
         raise SignatureRejected(_pusher_view(e, bundle), hint=e.hint) from None
+    _check_storable(manifest, bundle)
+    if "+" in manifest["version"]:
+        # Versions differing only in build metadata would rank equal (semver.org §10).
+        raise Rejected(f"manifest.json field 'version' {manifest['version']!r} has build "
+                       "metadata, which this registry does not accept",
+                       hint="drop the '+...' part; bump the patch or pre-release instead")
     if not semver.is_version(manifest["version"]):
         raise Rejected(f"manifest.json version {manifest['version']!r} is not a semantic version",
                        hint="use MAJOR.MINOR.PATCH, e.g. 1.0.0")
@@ -226,6 +243,23 @@ def _check_policy(session: Session, adapter: Adapter, user: User,
                        f"{adapter.repo_id}",
                        hint=f"push it to {adapter.namespace.name}/{manifest['name']}")
     return manifest, signer
+
+
+def _check_storable(manifest: dict, bundle: Path) -> None:
+    """What the schema allows but a database column cannot hold, refused alike on every
+    database: NUL characters (PostgreSQL text) and values longer than their column.
+
+    Raises:
+        Rejected: names the field.
+    """
+    bad = nul_field(manifest, "")
+    if bad is not None:
+        raise Rejected(f"manifest.json field {bad!r} contains a NUL character")
+    for name, value, most in (("version", manifest["version"], VERSION_LEN),
+                              ("base_model.name", manifest["base_model"]["name"], BASE_NAME_LEN)):
+        if len(value) > most:
+            raise Rejected(f"manifest.json field {name!r} has {len(value)} characters; at most "
+                           f"{most} are allowed")
 
 
 def _pusher_view(error: HubError, bundle: Path) -> str:
@@ -268,10 +302,20 @@ def _existing(session: Session, adapter: Adapter, version: str, digest: str) -> 
 
 
 def _read_card(bundle: Path) -> str:
+    """The model card's first CARD_CHARS characters (read no further).
+
+    Raises:
+        Rejected: it holds a NUL character, which no text column stores alike everywhere.
+    """
     try:
-        return (bundle / README).read_text(encoding="utf-8", errors="replace")[:CARD_CHARS]
+        with open(bundle / README, "rb") as f:
+            raw = f.read(4 * CARD_CHARS)  # UTF-8: at most 4 bytes a character
     except FileNotFoundError:
         return ""
+    card = raw.decode("utf-8", errors="replace")[:CARD_CHARS]
+    if NUL in card:
+        raise Rejected(f"{README} contains a NUL character", hint="a model card is text")
+    return card
 
 
 def _record(session: Session, adapter: Adapter, user: User, summary: str, manifest: dict,

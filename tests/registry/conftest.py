@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
+import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -131,6 +134,25 @@ class Registry:
     def org(self, name: str, *members: str) -> None:
         with self.session() as session:
             accounts.create_org(session, name, members=list(members))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until_up(url: str, proc: subprocess.Popen) -> None:
+    """Raises: AssertionError: the server process exited. TimeoutError: not up in 60 s."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the server exited"
+        try:
+            if requests.get(f"{url}/api/v1/health", timeout=5).status_code == 200:
+                return
+        except requests.RequestException:
+            time.sleep(0.2)
+    raise TimeoutError("the server did not start")
 
 
 def start_registry(config: dict) -> tuple[Registry, callable]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -77,3 +79,22 @@ def test_migrate_and_gc(instance):
         "would remove 1 unreferenced blobs\n")
     assert run("gc", "--grace-hours", "0").output == "removed 1 unreferenced blobs\n"
     assert not orphan.exists()
+
+
+def test_start_and_gc_remove_stale_staging_and_keep_pushes_in_progress(instance):
+    run("migrate")
+    staging = instance / "tmp"
+    stale, fresh = staging / "commit-dead", staging / "commit-live"
+    for folder in (stale, fresh):
+        (folder / "bundle").mkdir(parents=True)
+        (folder / "staged-2").write_bytes(b"x" * 1000)
+    (staging / "lfs-dead").write_bytes(b"y")
+    day_ago = time.time() - 24 * 3600
+    for path in (stale / "bundle", stale / "staged-2", stale, staging / "lfs-dead",
+                 fresh / "bundle", fresh):
+        os.utime(path, (day_ago, day_ago))  # the live push still writes staged-2
+    create_app()
+    assert sorted(p.name for p in staging.iterdir()) == ["commit-live"]
+    os.utime(fresh / "staged-2", (day_ago, day_ago))
+    assert run("gc").output == "removed 0 unreferenced blobs\n"
+    assert list(staging.iterdir()) == []

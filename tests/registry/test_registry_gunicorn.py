@@ -7,16 +7,15 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
 import requests
-from conftest import HEADER, Registry, bundle_ops, pg_schema_url, post_commit, signed_bundle
+from conftest import (HEADER, Registry, bundle_ops, free_port, pg_schema_url, post_commit,
+                      signed_bundle, wait_until_up)
 from sqlalchemy import select
 
 from registry_server import create_app
@@ -35,18 +34,12 @@ def server_database(request, tmp_path) -> Iterator[str]:
         yield from pg_schema_url()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def gunicorn(server_database, tmp_path) -> Iterator[Registry]:
     instance = tmp_path / "instance"
     settings = {"INSTANCE_PATH": str(instance), "DATABASE_URL": server_database}
     app = create_app({**settings, "AUTO_MIGRATE": True})  # `hub-registry migrate`, in-process
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, **{f"HUB_REGISTRY_{k}": v for k, v in settings.items()}}
     log = open(tmp_path / "gunicorn.log", "wb")
     # --preload: the app (and the ~1 s signature-verifier import) is built once, then forked.
@@ -56,25 +49,13 @@ def gunicorn(server_database, tmp_path) -> Iterator[Registry]:
                             env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_until_up(url, proc)
+        wait_until_up(url, proc)
         yield Registry(app, url)
     finally:
         proc.send_signal(signal.SIGINT)  # quick shutdown
         proc.wait(timeout=30)
         log.close()
         db.engine(app).dispose()
-
-
-def _wait_until_up(url: str, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "gunicorn exited"
-        try:
-            if requests.get(f"{url}/api/v1/health", timeout=5).status_code == 200:
-                return
-        except requests.RequestException:
-            time.sleep(0.2)
-    raise TimeoutError("gunicorn did not start")
 
 
 def _all_at_once(jobs) -> list:

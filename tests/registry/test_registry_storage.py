@@ -11,6 +11,7 @@ import pytest
 from conftest import signed_bundle, start_registry
 from flask import Flask
 
+from registry_server.blobhttp import blob_response
 from registry_server.storage import DiskStorage, S3Storage, make_storage
 
 DATA = bytes(range(256)) * 40
@@ -90,7 +91,7 @@ def test_s3_keys_live_under_the_prefix(bucket, s3_endpoint, source):
 
 def _client(storage):
     app = Flask(__name__)
-    app.add_url_rule("/blob", "blob", lambda: storage.response(SHA, len(DATA)),
+    app.add_url_rule("/blob", "blob", lambda: blob_response(storage, SHA, len(DATA)),
                      methods=["GET", "HEAD"])
     return app.test_client()
 

@@ -17,9 +17,9 @@ from conftest import SigningKey, new_signing_key, pg_schema_url, signed_bundle
 from factories import refresh_files
 from hubcli.signing.sign import sign_bundle
 from registry_server import create_app
+from registry_server.blobhttp import get_storage
 from registry_server.db import db
 from registry_server.services import accounts, commits, repos, versions
-from registry_server.storage import get_storage
 from registry_server.ui import passwords
 
 PASSWORD = "correct horse battery"

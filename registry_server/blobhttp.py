@@ -1,0 +1,71 @@
+"""Serving stored blobs over HTTP, and the app's one `BlobStorage`.
+
+The storage backends hand out files and byte spans; this module decides what to answer (HEAD,
+GET, a single byte range, If-None-Match) and builds the response.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flask import Flask, Response, current_app, request
+from werkzeug.exceptions import RequestedRangeNotSatisfiable
+from werkzeug.wsgi import wrap_file
+
+from registry_server.storage import CHUNK, BlobStorage, make_storage
+
+EXTENSION = "registry_storage"
+OCTET_STREAM = "application/octet-stream"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What to answer: status, headers, and the byte span of the blob to send."""
+
+    status: int
+    start: int
+    stop: int
+    headers: dict[str, str]
+
+    @classmethod
+    def for_request(cls, sha256: str, size: int) -> _Plan:
+        headers = {"ETag": f'"{sha256}"', "Accept-Ranges": "bytes"}
+        if request.if_none_match.contains(sha256):
+            return cls(304, 0, 0, headers)
+        if request.range is None:
+            return cls(200, 0, size, {**headers, "Content-Length": str(size)})
+        span = request.range.range_for_length(size)
+        if span is None:
+            raise RequestedRangeNotSatisfiable(length=size)
+        start, stop = span
+        return cls(206, start, stop, {**headers, "Content-Length": str(stop - start),
+                                      "Content-Range": f"bytes {start}-{stop - 1}/{size}"})
+
+
+def blob_response(storage: BlobStorage, sha256: str, size: int) -> Response:
+    """A response serving the blob to the current request: HEAD, GET, a single byte range
+    (206), If-None-Match (304), with `ETag` set to the SHA-256.
+
+    HEAD and 304 answers come from the size alone: no file is opened, no S3 call made.
+
+    Raises:
+        RequestedRangeNotSatisfiable: a range outside the blob (416).
+    """
+    plan = _Plan.for_request(sha256, size)
+    if plan.status == 304 or request.method == "HEAD" or plan.start == plan.stop:
+        return Response(status=plan.status, headers=plan.headers, mimetype=OCTET_STREAM)
+    whole = storage.local_file(sha256) if plan.status == 200 else None
+    # The server's file wrapper: gunicorn hands a whole local file to sendfile().
+    body = (wrap_file(request.environ, whole, CHUNK) if whole is not None
+            else storage.read_span(sha256, plan.start, plan.stop))
+    return Response(body, status=plan.status, headers=plan.headers, mimetype=OCTET_STREAM,
+                    direct_passthrough=True)
+
+
+def init_app(app: Flask) -> None:
+    app.extensions[EXTENSION] = make_storage(app.config["STORAGE"],
+                                             s3_endpoint_url=app.config["S3_ENDPOINT_URL"])
+
+
+def get_storage(app: Flask | None = None) -> BlobStorage:
+    return (app or current_app).extensions[EXTENSION]
