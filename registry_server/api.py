@@ -16,7 +16,7 @@ from registry_server.errors import BadRequest
 from registry_server.httputil import MAX_PAGE, field, int_arg, iso, json_body
 from registry_server.models import Adapter, PublicKey, Token, Version
 from registry_server.services import accounts, repos, search, versions
-from registry_server.ui.schema_enums import TASKS
+from hubcli.format.vocab import TASKS
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
 OPENAPI = Path(__file__).resolve().parent / "openapi.json"
