@@ -1,4 +1,4 @@
-"""Tagging: CoNLL reading (IOB1 -> IOB2), first-sub-token alignment, windows, decoding."""
+"""Tagging: CoNLL reading (tags as given), first-sub-token alignment, windows, loss, decoding."""
 
 import numpy as np
 import pytest
@@ -43,16 +43,16 @@ def test_to_iob2():
     assert to_iob2(iob2) == iob2
 
 
-def test_read_conll_iob1_docstart_and_columns(tmp_path, tag):
+def test_read_conll_keeps_iob1_and_reads_docstart_and_columns(tmp_path, tag):
     path = conll(tmp_path, "-DOCSTART- -X- -X- O\n\n"
                            "Anna NNP B-NP I-PER\nlives VBZ B-VP O\nin IN B-PP O\n"
                            "New NNP B-NP I-LOC\nYork NNP I-NP I-LOC\n\n\n"
                            "Bob NNP B-NP I-PER\n-DOCSTART- -X- -X- O\nOslo NNP B-NP I-LOC\n")
     sentences = tag.read(path)
     assert [(s.words, s.tags, s.line) for s in sentences] == [
-        (("Anna", "lives", "in", "New", "York"), ("B-PER", "O", "O", "B-LOC", "I-LOC"), 3),
-        (("Bob",), ("B-PER",), 10),
-        (("Oslo",), ("B-LOC",), 12)]
+        (("Anna", "lives", "in", "New", "York"), ("I-PER", "O", "O", "I-LOC", "I-LOC"), 3),
+        (("Bob",), ("I-PER",), 10),
+        (("Oslo",), ("I-LOC",), 12)]
     first = sentences[0]
     assert first.text == "Anna lives in New York" and first.spans[3] == (14, 17)
     assert tag.label_names(sentences) == LABELS
@@ -165,3 +165,29 @@ def test_metrics_are_entity_level(tag):
     predictions = [{"entities": [], "tags": ["B-PER", "O", "O"]}]
     assert tag.metrics(predictions, gold, LABELS) == {"precision": 1.0, "recall": 0.5,
                                                       "f1": pytest.approx(2 / 3)}
+
+
+def test_iob1_model_output_comes_out_as_iob2_with_the_same_entities(tokenizer, tag):
+    # An IOB1-trained model predicts I- at entity starts and B- only between same-type entities.
+    example = tag.parse_input("Anna Bob visited New York")
+    [feature] = tag.encode([example], tokenizer, LABELS, 32, with_targets=False)
+    # tokens: [CLS] anna bob visited new york [SEP]; IOB1: I-PER B-PER O I-LOC I-LOC
+    [prediction] = tag.decode([one_hot([0, 4, 2, 0, 3, 3, 0])], [feature], [example], LABELS)
+    assert prediction["tags"] == ["B-PER", "B-PER", "O", "B-LOC", "I-LOC"]
+    assert [(e["text"], e["type"]) for e in prediction["entities"]] == [
+        ("Anna", "PER"), ("Bob", "PER"), ("New York", "LOC")]
+
+
+def test_loss_sums_tokens_over_a_fixed_normaliser(tokenizer, tag):
+    short = TaggedSentence.from_words(["Oslo"], ["B-LOC"], "x", 1)
+    long = TaggedSentence.from_words(["Anna", "lives", "in", "Oslo", "now"],
+                                     ["B-PER", "O", "O", "B-LOC", "O"], "x", 3)
+    features = tag.encode([short, short, long, long], tokenizer, LABELS, 16)
+    tag.fit_loss(features, batch_size=2)
+    assert tag.tokens_per_batch == 2 * (1 + 1 + 5 + 5) / 4  # labelled tokens of a mean batch
+    shorts, longs = tag.collate(features[:2]), tag.collate(features[2:])
+    # Uniform logits: every labelled token costs log(5), whatever batch it is in.
+    per_token = np.log(len(LABELS))
+    for batch, tokens in ((shorts, 2), (longs, 10)):
+        logits = torch.zeros(*batch["labels"].shape, len(LABELS))
+        assert tag.loss(logits, batch).item() == pytest.approx(tokens * per_token / 6)

@@ -183,6 +183,7 @@ class _Run:
         s, task = self.s, self.task
         rng = random.Random(s.seed)
         lengths = [len(f["input_ids"]) for f in train_feats]
+        task.fit_loss(train_feats, s.batch_size)
         steps_per_epoch = math.ceil(len(train_feats) / s.batch_size)
         # fused: one kernel for all parameters instead of a loop over ~100 small tensors
         opt = torch.optim.AdamW(self.params, lr=s.learning_rate, fused=True)

@@ -74,7 +74,10 @@ class Task(ABC):
 
     @abstractmethod
     def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Mean loss of a batch made by collate()."""
+        """Loss of a batch made by collate(), scaled like a mean over its examples."""
+
+    def fit_loss(self, features: list[dict], batch_size: int) -> None:
+        """Fix what loss() needs from the whole training set before training; most need nothing."""
 
     @abstractmethod
     def decode(self, logits_per_feature: list, features: list[dict], examples: list,

@@ -63,10 +63,12 @@ def average_ranks(values: Sequence[float] | np.ndarray) -> np.ndarray:
 
 
 def entity_spans(tags: Sequence[str]) -> list[Span]:
-    """Entity spans of one IOB2 tag sequence, as conlleval and seqeval's default mode read them.
+    """Entity spans of one IOB1 or IOB2 tag sequence, as conlleval and seqeval's default mode
+    read them.
 
     An entity starts at `B-X`, or at `I-X` not preceded by a tag of type X; it runs over the
-    following `I-X` tags. Tags are "O", "B-TYPE" or "I-TYPE".
+    following `I-X` tags. Tags are "O", "B-TYPE" or "I-TYPE". This reads both schemes alike, so
+    IOB1 gold and IOB2 predictions score against each other.
     """
     spans: list[Span] = []
     kind: str | None = None
