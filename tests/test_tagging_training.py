@@ -9,7 +9,7 @@ from torch.nn.functional import cross_entropy
 
 from hubcli.tasks.base import IGNORE_INDEX
 from hubcli.tasks.tagging import Tagging
-from hubcli.train import TrainSettings, train
+from hubcli.local.train import TrainSettings, train
 
 LABELS = ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"]  # label_names() of the set below
 FILLER = "said on Monday that the talks would go on for another week at least".split()
