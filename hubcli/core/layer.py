@@ -6,15 +6,19 @@ sublayer's dropout, residual add and LayerNorm (Houlsby et al., Fig. 2).
 each adapter trains its own LayerNorm without touching the shared base tensors.
 
 With no adapter active both wrappers call the base module directly, so outputs are
-bit-identical to the untouched model.
+bit-identical to the untouched model. With a `Route` set (see `routing.py`) they instead apply
+a different adapter to each row of the batch, in one batched product per site.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from hubcli.core.routing import Route, StackCache, pad_stack
 
 _ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}
 
@@ -39,18 +43,43 @@ class BottleneckAdapter(nn.Module):
                 nn.init.zeros_(lin.weight)
             nn.init.zeros_(lin.bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.up(self.act(self.down(x)))
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """`y` is the base layer's output for input `x`; the adapter transforms `y`."""
+        return y + self.up(self.act(self.down(y)))
+
+    def route_group(self) -> tuple:
+        """Adapters with equal groups stack into one batched product at a site."""
+        return (type(self), type(self.act))
+
+    @staticmethod
+    def stack(adapters: list[BottleneckAdapter]) -> tuple[torch.Tensor, ...]:
+        """[K, d, m] down, [K, m] its bias, [K, m, d] up, [K, d] its bias (m padded)."""
+        return (pad_stack([a.down.weight.t() for a in adapters], 1),
+                pad_stack([a.down.bias for a in adapters], 0),
+                pad_stack([a.up.weight.t() for a in adapters], 0),
+                torch.stack([a.up.bias for a in adapters]))
+
+    def routed(self, x: torch.Tensor, y: torch.Tensor, rows: torch.Tensor,
+               stacked: tuple[torch.Tensor, ...], slots: torch.Tensor) -> torch.Tensor:
+        """`forward` on `rows` of the batch, row rows[j] with the adapter at `slots[j]`: one
+        gathered batched product per projection."""
+        down, down_b, up, up_b = stacked
+        y = y[rows]
+        h = self.act(torch.baddbmm(down_b[slots].unsqueeze(1), y, down[slots]))
+        return y + torch.baddbmm(up_b[slots].unsqueeze(1), h, up[slots])
 
 
 class AdapterLinear(nn.Module):
-    """A frozen Linear followed by the active named bottleneck adapter, if any."""
+    """A frozen Linear followed by the active named adapter, if any; or, with a `route` set,
+    by each row's own adapter."""
 
     def __init__(self, base_layer: nn.Linear):
         super().__init__()
         self.base_layer = base_layer
         self.adapters = nn.ModuleDict()
         self.active: str | None = None
+        self.route: Route | None = None
+        self._stacks = StackCache()
 
     def add(self, name: str, m: int, *, non_linearity: str, init_scale: float) -> BottleneckAdapter:
         w = self.base_layer.weight
@@ -67,9 +96,25 @@ class AdapterLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base_layer(x)
+        if self.route is not None:
+            return self._routed(x, y, self.route)
         if self.active is None or self.active not in self.adapters:
             return y
-        return self.adapters[self.active](y)
+        return self.adapters[self.active](x, y)
+
+    def _routed(self, x: torch.Tensor, y: torch.Tensor, route: Route) -> torch.Tensor:
+        groups: dict[tuple, dict[str, nn.Module]] = defaultdict(dict)
+        for n, adapter in self.adapters.items():
+            groups[adapter.route_group()][n] = adapter
+        out = y
+        for group, members in groups.items():
+            first = next(iter(members.values()))
+            stacked = self._stacks.get(group, members, first.stack)
+            picked = stacked.rows(route)
+            if picked is not None:
+                rows, slots = picked
+                out = out.index_copy(0, rows, first.routed(x, y, rows, stacked.tensors, slots))
+        return out
 
 
 class LayerNormDelta(nn.Module):
@@ -89,6 +134,8 @@ class DeltaLayerNorm(nn.Module):
         self.base_layer = base_layer
         self.deltas = nn.ModuleDict()
         self.active: str | None = None
+        self.route: Route | None = None
+        self._stacks = StackCache()
 
     def add(self, name: str) -> LayerNormDelta:
         w = self.base_layer.weight
@@ -103,10 +150,30 @@ class DeltaLayerNorm(nn.Module):
             self.active = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.route is not None:
+            return self._routed(x, self.route)
         if self.active is None or self.active not in self.deltas:
             return self.base_layer(x)
         base, delta = self.base_layer, self.deltas[self.active]
         return F.layer_norm(x, base.normalized_shape, base.weight + delta.weight_delta,
                             base.bias + delta.bias_delta, base.eps)
+
+    def _routed(self, x: torch.Tensor, route: Route) -> torch.Tensor:
+        y = self.base_layer(x)
+        picked = None
+        if len(self.deltas):
+            stacked = self._stacks.get("deltas", dict(self.deltas.items()), _stack_deltas)
+            picked = stacked.rows(route)
+        if picked is None:
+            return y
+        rows, slots = picked
+        base, (dw, db) = self.base_layer, stacked.tensors
+        normed = F.layer_norm(x[rows], base.normalized_shape, None, None, base.eps)
+        scaled = normed * (base.weight + dw[slots]).unsqueeze(1) + (base.bias + db[slots]).unsqueeze(1)
+        return y.index_copy(0, rows, scaled)
+
+
+def _stack_deltas(deltas: list[LayerNormDelta]) -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.stack([d.weight_delta for d in deltas]), torch.stack([d.bias_delta for d in deltas]))
 
 

@@ -7,7 +7,9 @@ none active the encoder computes exactly what the untouched base computes.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -15,6 +17,7 @@ from torch import nn
 from hubcli.core.config import PLACEMENTS, HoulsbyConfig
 from hubcli.core.heads import HeadConfig, build_head
 from hubcli.core.layer import AdapterLinear, DeltaLayerNorm
+from hubcli.core.routing import BASE, Route
 from hubcli.core.spec import EXTRA_LAYERNORMS
 from hubcli.core.targets import targets_for
 from hubcli.errors import AdapterError
@@ -86,7 +89,9 @@ class AdapterModel(nn.Module):
                 site.add(name)
         if head is not None:
             ref = self.encoder.get_input_embeddings().weight
-            self.heads[name] = build_head(self.hidden_size, head).to(device=ref.device)
+            # in the model's mode: a head added to a model in eval mode must not drop out
+            self.heads[name] = build_head(self.hidden_size, head).to(device=ref.device).train(
+                self.training)
         self.infos[name] = AdapterInfo(config, head)
 
     def remove_adapter(self, name: str) -> None:
@@ -174,6 +179,50 @@ class AdapterModel(nn.Module):
         return counts
 
     # -- forward ---------------------------------------------------------------------------------
+
+    @contextmanager
+    def routing(self, per_row: list[str | None]) -> Iterator[Route]:
+        """Within the block, row i of every batch goes through adapter `per_row[i]` (`BASE` or
+        None: the untouched base), whatever is active.
+
+        Raises:
+            AdapterError: a name that is not loaded.
+        """
+        for n in per_row:
+            if n not in (None, BASE):
+                self._require(n)
+        ref = self.encoder.get_input_embeddings().weight
+        route = Route.of(per_row, ref.device)
+        sites = [*self.adapter_sites.values(), *self.layernorm_sites.values()]
+        for site in sites:
+            site.route = route
+        try:
+            yield route
+        finally:
+            for site in sites:
+                site.route = None
+
+    def forward_routed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                       token_type_ids: torch.Tensor | None, per_row: list[str | None]
+                       ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """One pass with a different adapter per row: (hidden states, per-row logits of that
+        row's head, None for `BASE` rows and adapters without a head). Heads differ in size,
+        so each runs on its own rows.
+
+        Raises:
+            AdapterError: a name that is not loaded.
+        """
+        with self.routing(per_row) as route:
+            hidden = self.encode(input_ids, attention_mask, token_type_ids)
+        logits: list[torch.Tensor | None] = [None] * len(per_row)
+        for k, name in enumerate(route.names):
+            if name not in self.heads:
+                continue
+            rows = (route.index == k).nonzero().squeeze(1)
+            out = self.heads[name](hidden[rows], attention_mask[rows])
+            for j, r in enumerate(rows.tolist()):
+                logits[r] = out[j]
+        return hidden, logits
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
