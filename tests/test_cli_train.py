@@ -137,6 +137,24 @@ def test_tagging_predicts_entity_spans_with_offsets(tiny_base_dir, tmp_path):
         assert text[ent["start"]:ent["end"]] == ent["text"]
 
 
+def test_lora_method_trains_predicts_and_records_its_shape(tiny_base_dir, tmp_path):
+    train, dev = sample_dataset()
+    out = tmp_path / "lora"
+    result = run("train", "--method", "lora", "--rank", 4, "--alpha", 8, "--base", tiny_base_dir,
+                 "--train", train, "--validation", dev, "--out", out, "--epochs", 1,
+                 "--max-length", 32, "--quiet")
+    assert result.exit_code == 0, result.output
+    m = manifest_io.read(out)
+    assert m["architecture"] == {"type": "lora", "rank": 4, "alpha": 8.0, "layers": [0, 1],
+                                 "placement": ["query", "value"], "layernorm": "frozen"}
+    assert m["parameters"]["adapters"] == 2 * 2 * (2 * 4 * 32) and m["parameters"]["layernorm"] == 0
+    weights = load_file(str(out / "adapter.safetensors"))
+    assert weights["adapters.0.query.B.weight"].abs().sum() > 0  # B moved away from zero
+    pred = run("predict", out, "a gripping film", "--json")
+    assert pred.exit_code == 0, pred.output
+    assert json.loads(pred.stdout)["label"] in ("negative", "positive")
+
+
 def test_full_finetune_writes_a_model_folder_not_an_adapter(tiny_base_dir, tmp_path):
     train, dev = sample_dataset()
     out = tmp_path / "full"

@@ -131,3 +131,29 @@ def test_routing_to_an_unknown_adapter_is_refused(model, base):
     batch = encode(base.tokenizer, TEXTS[:2])
     with pytest.raises(AdapterError, match="no adapter named 'nope'"):
         model.forward_routed(**batch, per_row=["ad0", "nope"])
+
+
+def test_mixed_batch_of_both_methods_matches_each_row_alone(model, base):
+    from hubcli.core.config import LoraConfig
+
+    houlsby = add_houlsby_set(model)[:4]
+    lora = []
+    for k, config in enumerate([LoraConfig(rank=8), LoraConfig(rank=4, alpha=4),
+                                LoraConfig(rank=2, placement=("value",)),
+                                LoraConfig(rank=8, layers=(0,))]):
+        name = f"lora{k}"
+        model.add_adapter(name, config, SEQ)
+        _randomise(model, name, seed=10 + k)
+        lora.append(name)
+    per_row = [houlsby[0], lora[0], BASE, lora[1], houlsby[1], lora[2], houlsby[2], lora[3],
+               houlsby[3], BASE, lora[0], houlsby[0]]
+    batch = encode(base.tokenizer, TEXTS)
+    with torch.inference_mode():
+        hidden, logits = model.forward_routed(**batch, per_row=per_row)
+        for i, (text, name) in enumerate(zip(TEXTS, per_row)):
+            expected = alone(model, base.tokenizer, text, name)
+            got = hidden[i] if name == BASE else logits[i]
+            n = int(batch["attention_mask"][i].sum())
+            if got.dim() == 2:
+                got, expected = got[:n], expected[:n]
+            assert torch.allclose(got, expected, atol=1e-5, rtol=0), (i, name)

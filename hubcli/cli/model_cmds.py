@@ -67,7 +67,15 @@ def attach_options(f):
 @column_options
 @click.option("--base", help="base model folder or Hub id (default: packaged all-MiniLM-L6-v2)")
 @click.option("--base-revision", help="Hub revision of the base")
-@click.option("--bottleneck", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--method", type=click.Choice(["houlsby", "lora"]), default="houlsby",
+              show_default=True, help="houlsby: bottleneck adapters; lora: low-rank updates of "
+              "the attention query and value projections")
+@click.option("--bottleneck", type=click.IntRange(min=1), default=64, show_default=True,
+              help="houlsby: bottleneck size")
+@click.option("--rank", type=click.IntRange(min=1), default=8, show_default=True,
+              help="lora: rank r")
+@click.option("--alpha", type=click.FloatRange(min=0, min_open=True), default=16.0,
+              show_default=True, help="lora: updates are scaled by alpha / rank")
 @click.option("--layers", help="layers that get adapters: all, 0-5, 0,2,4", default="all",
               show_default=True)
 @click.option("--init-scale", type=float, default=1e-3, show_default=True)
@@ -89,7 +97,7 @@ def attach_options(f):
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 def train_cmd(train_path, fmt, text_column, text_pair_column, label_column, layers, as_json,
               **opts) -> None:
-    """Train a Houlsby adapter on a frozen base model."""
+    """Train an adapter (Houlsby, or LoRA with --method lora) on a frozen base model."""
     from hubcli.train import TrainSettings, train
 
     s = TrainSettings(train=train_path, fmt=fmt, layers=parse_layers(layers),

@@ -1,7 +1,9 @@
 """Module wrappers that keep the frozen `base_layer` and a dict of named adapters.
 
-`AdapterLinear` wraps a sublayer's output projection: y = adapter(base(x)), applied before the
-sublayer's dropout, residual add and LayerNorm (Houlsby et al., Fig. 2).
+`AdapterLinear` wraps a Linear and hands each adapter both its input x and the base output
+y = base(x): a Houlsby adapter on a sublayer's output projection returns y + up(act(down(y))),
+applied before the sublayer's dropout, residual add and LayerNorm (Houlsby et al., Fig. 2); a
+LoRA adapter on a query or value projection returns y + (alpha / r) B A x (Hu et al. 2021).
 `DeltaLayerNorm` wraps a LayerNorm: gamma = gamma_base + delta, beta = beta_base + delta, so
 each adapter trains its own LayerNorm without touching the shared base tensors.
 
@@ -18,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hubcli.core.config import AdapterConfig, HoulsbyConfig, LoraConfig
 from hubcli.core.routing import Route, StackCache, pad_stack
 
 _ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}
@@ -69,6 +72,48 @@ class BottleneckAdapter(nn.Module):
         return y + torch.baddbmm(up_b[slots].unsqueeze(1), h, up[slots])
 
 
+class LoraAdapter(nn.Module):
+    """LoRA(x, y) = y + (alpha / r) B(A(x)), A: d_in -> r, B: r -> d_out, no biases."""
+
+    def __init__(self, d_in: int, d_out: int, config: LoraConfig):
+        super().__init__()
+        self.A = nn.Linear(d_in, config.rank, bias=False)
+        self.B = nn.Linear(config.rank, d_out, bias=False)
+        self.scale = config.scale
+        # A as nn.Linear initialises itself (Kaiming-uniform); B = 0 makes the update start at
+        # exactly zero (Hu et al., section 4.1)
+        nn.init.zeros_(self.B.weight)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return y + self.B(self.A(x)) * self.scale
+
+    def route_group(self) -> tuple:
+        return (type(self),)
+
+    @staticmethod
+    def stack(adapters: list[LoraAdapter]) -> tuple[torch.Tensor, ...]:
+        """[K, d_in, r] A, [K, r, d_out] B (r padded), [K] scales."""
+        return (pad_stack([a.A.weight.t() for a in adapters], 1),
+                pad_stack([a.B.weight.t() for a in adapters], 0),
+                torch.tensor([a.scale for a in adapters], dtype=adapters[0].A.weight.dtype,
+                             device=adapters[0].A.weight.device))
+
+    def routed(self, x: torch.Tensor, y: torch.Tensor, rows: torch.Tensor,
+               stacked: tuple[torch.Tensor, ...], slots: torch.Tensor) -> torch.Tensor:
+        """`forward` on `rows`, row rows[j] with the adapter at `slots[j]`."""
+        a, b, scale = stacked
+        update = torch.bmm(torch.bmm(x[rows], a[slots]), b[slots])
+        return y[rows] + update * scale[slots].view(-1, 1, 1)
+
+
+def build_adapter(config: AdapterConfig, base_layer: nn.Linear) -> nn.Module:
+    """A fresh adapter of `config`'s method for one wrapped Linear."""
+    if isinstance(config, LoraConfig):
+        return LoraAdapter(base_layer.in_features, base_layer.out_features, config)
+    return BottleneckAdapter(base_layer.out_features, config.bottleneck,
+                             non_linearity=config.non_linearity, init_scale=config.init_scale)
+
+
 class AdapterLinear(nn.Module):
     """A frozen Linear followed by the active named adapter, if any; or, with a `route` set,
     by each row's own adapter."""
@@ -81,10 +126,9 @@ class AdapterLinear(nn.Module):
         self.route: Route | None = None
         self._stacks = StackCache()
 
-    def add(self, name: str, m: int, *, non_linearity: str, init_scale: float) -> BottleneckAdapter:
+    def add(self, name: str, config: AdapterConfig) -> nn.Module:
         w = self.base_layer.weight
-        adapter = BottleneckAdapter(self.base_layer.out_features, m, non_linearity=non_linearity,
-                                    init_scale=init_scale).to(device=w.device, dtype=w.dtype)
+        adapter = build_adapter(config, self.base_layer).to(device=w.device, dtype=w.dtype)
         self.adapters[name] = adapter
         return adapter
 

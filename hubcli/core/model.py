@@ -14,7 +14,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from hubcli.core.config import PLACEMENTS, HoulsbyConfig
+from hubcli.core.config import PLACEMENTS, AdapterConfig
 from hubcli.core.heads import HeadConfig, build_head
 from hubcli.core.layer import AdapterLinear, DeltaLayerNorm
 from hubcli.core.routing import BASE, Route
@@ -25,7 +25,7 @@ from hubcli.errors import AdapterError
 
 @dataclass(frozen=True)
 class AdapterInfo:
-    config: HoulsbyConfig
+    config: AdapterConfig
     head: HeadConfig | None
 
 
@@ -41,7 +41,8 @@ def _swap(root: nn.Module, path: str, wrap) -> nn.Module:
 
 
 class AdapterModel(nn.Module):
-    """A frozen encoder with Houlsby adapter sites injected, plus one head per adapter."""
+    """A frozen encoder with adapter sites injected (every placement of the targets table, for
+    every method), plus one head per adapter."""
 
     def __init__(self, encoder: nn.Module):
         super().__init__()
@@ -57,8 +58,9 @@ class AdapterModel(nn.Module):
         self.adapter_sites: dict[tuple[int, str], AdapterLinear] = {}
         self.layernorm_sites: dict[str, DeltaLayerNorm] = {}
         for i, layer in enumerate(layers):
+            for placement, path in t.adapters.items():
+                self.adapter_sites[(i, placement)] = _swap(layer, path, AdapterLinear)
             for placement in PLACEMENTS:
-                self.adapter_sites[(i, placement)] = _swap(layer, t.adapters[placement], AdapterLinear)
                 self.layernorm_sites[f"layers.{i}.{placement}"] = _swap(
                     layer, t.layernorms[placement], DeltaLayerNorm)
         for name in EXTRA_LAYERNORMS:
@@ -69,8 +71,9 @@ class AdapterModel(nn.Module):
 
     # -- managing named adapters -------------------------------------------------------------
 
-    def add_adapter(self, name: str, config: HoulsbyConfig, head: HeadConfig | None) -> None:
-        """Create adapter `name` with fresh near-identity weights and zero LayerNorm deltas.
+    def add_adapter(self, name: str, config: AdapterConfig, head: HeadConfig | None) -> None:
+        """Create adapter `name` of `config`'s method, fresh (near-identity for Houlsby,
+        exactly the identity for LoRA), with zero LayerNorm deltas if it trains LayerNorms.
 
         Raises:
             AdapterError: `name` exists already.
@@ -82,8 +85,7 @@ class AdapterModel(nn.Module):
         layers = set(config.resolved_layers(self.num_layers))
         for (i, placement), site in self.adapter_sites.items():
             if i in layers and placement in config.placement:
-                site.add(name, config.bottleneck, non_linearity=config.non_linearity,
-                         init_scale=config.init_scale)
+                site.add(name, config)
         if config.train_layernorm:
             for site in self.layernorm_sites.values():
                 site.add(name)
