@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hubcli.core.config import AdapterConfig, HoulsbyConfig, LoraConfig
+from hubcli.core.composition import Block, Fuse, Stack
+from hubcli.core.config import AdapterConfig, LoraConfig
 from hubcli.core.routing import Route, StackCache, pad_stack
 
 _ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}
@@ -106,6 +107,27 @@ class LoraAdapter(nn.Module):
         return y[rows] + update * scale[slots].view(-1, 1, 1)
 
 
+class AdapterFusion(nn.Module):
+    """AdapterFusion at one site (Pfeiffer et al. 2021): scores softmax_k((Q y) . (K o_k)) over
+    the adapters' outputs o_k, with the sublayer output y as query; returns sum_k s_k V o_k.
+    V starts as the identity, so a fresh fusion mixes the adapters' outputs as they are."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.query, self.key, self.value = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        for lin in (self.query, self.key):
+            nn.init.normal_(lin.weight, std=0.02)
+            nn.init.zeros_(lin.bias)
+        nn.init.eye_(self.value.weight)
+        nn.init.zeros_(self.value.bias)
+
+    def forward(self, y: torch.Tensor, outputs: torch.Tensor) -> torch.Tensor:
+        """`y` [batch, n, d], `outputs` [K, batch, n, d] -> [batch, n, d]."""
+        scores = torch.einsum("bnd,kbnd->bnk", self.query(y), self.key(outputs))
+        weights = scores.softmax(-1)
+        return torch.einsum("bnk,kbnd->bnd", weights, self.value(outputs))
+
+
 def build_adapter(config: AdapterConfig, base_layer: nn.Linear) -> nn.Module:
     """A fresh adapter of `config`'s method for one wrapped Linear."""
     if isinstance(config, LoraConfig):
@@ -122,7 +144,8 @@ class AdapterLinear(nn.Module):
         super().__init__()
         self.base_layer = base_layer
         self.adapters = nn.ModuleDict()
-        self.active: str | None = None
+        self.fusions = nn.ModuleDict()
+        self.active: Block | None = None
         self.route: Route | None = None
         self._stacks = StackCache()
 
@@ -133,8 +156,9 @@ class AdapterLinear(nn.Module):
         return adapter
 
     def remove(self, name: str) -> None:
-        if name in self.adapters:
-            del self.adapters[name]
+        for table in (self.adapters, self.fusions):
+            if name in table:
+                del table[name]
         if self.active == name:
             self.active = None
 
@@ -142,9 +166,21 @@ class AdapterLinear(nn.Module):
         y = self.base_layer(x)
         if self.route is not None:
             return self._routed(x, y, self.route)
-        if self.active is None or self.active not in self.adapters:
+        if self.active is None:
             return y
-        return self.adapters[self.active](x, y)
+        return self._composed(x, y, self.active)
+
+    def _composed(self, x: torch.Tensor, y: torch.Tensor, block: Block) -> torch.Tensor:
+        if isinstance(block, str):
+            return self.adapters[block](x, y) if block in self.adapters else y
+        if isinstance(block, Stack):
+            for child in block.children:
+                y = self._composed(x, y, child)
+            return y
+        if isinstance(block, Fuse) and block.name in self.fusions:
+            outputs = torch.stack([self._composed(x, y, c) for c in block.children])
+            return self.fusions[block.name](y, outputs)
+        return y
 
     def _routed(self, x: torch.Tensor, y: torch.Tensor, route: Route) -> torch.Tensor:
         groups: dict[tuple, dict[str, nn.Module]] = defaultdict(dict)

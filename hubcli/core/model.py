@@ -14,9 +14,10 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from hubcli.core.composition import Block, Fuse, Parallel, fusions_in, names_in, owner
 from hubcli.core.config import PLACEMENTS, AdapterConfig
 from hubcli.core.heads import HeadConfig, build_head
-from hubcli.core.layer import AdapterLinear, DeltaLayerNorm
+from hubcli.core.layer import AdapterFusion, AdapterLinear, DeltaLayerNorm
 from hubcli.core.routing import BASE, Route
 from hubcli.core.spec import EXTRA_LAYERNORMS
 from hubcli.core.targets import targets_for
@@ -25,7 +26,7 @@ from hubcli.errors import AdapterError
 
 @dataclass(frozen=True)
 class AdapterInfo:
-    config: AdapterConfig
+    config: AdapterConfig | Fuse  # a Fuse: a fusion's own parameters over loaded adapters
     head: HeadConfig | None
 
 
@@ -96,6 +97,31 @@ class AdapterModel(nn.Module):
                 self.training)
         self.infos[name] = AdapterInfo(config, head)
 
+    def add_fusion(self, block: Fuse, head: HeadConfig | None) -> str:
+        """Create fresh AdapterFusion parameters (and a head) over loaded adapters, at every
+        site where one of them has an adapter; returns the fusion's name (`block.name`), under
+        which it is activated, trained and saved like an adapter. Its components stay frozen.
+
+        Raises:
+            AdapterError: a component is not loaded, or the fusion exists already.
+        """
+        for n in names_in(block):
+            self._require(n)
+        name = block.name
+        if name in self.infos:
+            raise AdapterError(f"a fusion {name} is already loaded")
+        components = set(names_in(block))
+        for site in self.adapter_sites.values():
+            if components & set(site.adapters):
+                w = site.base_layer.weight
+                site.fusions[name] = AdapterFusion(site.base_layer.out_features).to(
+                    device=w.device, dtype=w.dtype)
+        if head is not None:
+            self.heads[name] = build_head(self.hidden_size, head).to(
+                device=self.encoder.get_input_embeddings().weight.device).train(self.training)
+        self.infos[name] = AdapterInfo(block, head)
+        return name
+
     def remove_adapter(self, name: str) -> None:
         self._require(name)
         for site in [*self.adapter_sites.values(), *self.layernorm_sites.values()]:
@@ -106,12 +132,26 @@ class AdapterModel(nn.Module):
         if self.active == name:
             self.active = None
 
-    def activate(self, name: str) -> None:
-        """Route the forward pass through adapter `name` (its adapters, deltas and head)."""
-        self._require(name)
-        for site in [*self.adapter_sites.values(), *self.layernorm_sites.values()]:
-            site.active = name
-        self.active = name
+    def activate(self, block: Block) -> None:
+        """Route the forward pass through adapter `block` (its adapters, deltas and head), or a
+        Stack or Fuse of loaded adapters (see `composition.py`).
+
+        Raises:
+            AdapterError: a name, or a fusion, that is not loaded; a Parallel block (use
+                `forward_parallel`).
+        """
+        if isinstance(block, Parallel):
+            raise AdapterError(f"{block} yields one output per adapter and cannot be activated",
+                               hint="use forward_parallel(), or AdapterHub.predict(compose=...)")
+        for n in names_in(block):
+            self._require(n)
+        for fusion in fusions_in(block):
+            self._require(fusion.name)
+        for site in self.adapter_sites.values():
+            site.active = block
+        for site in self.layernorm_sites.values():
+            site.active = owner(block)
+        self.active = owner(block)
 
     def deactivate(self) -> None:
         """Back to the untouched base: outputs are bit-identical to the original encoder."""
@@ -141,6 +181,10 @@ class AdapterModel(nn.Module):
             if name in site.deltas:
                 for pname, p in site.deltas[name].named_parameters():
                     out[f"layernorm.{site_name}.{pname}"] = p
+        for (i, placement), site in self.adapter_sites.items():
+            if name in site.fusions:
+                for pname, p in site.fusions[name].named_parameters():
+                    out[f"fusion.{i}.{placement}.{pname}"] = p
         if name in self.heads:
             for pname, p in self.heads[name].named_parameters():
                 out[f"head.{pname}"] = p
@@ -173,9 +217,10 @@ class AdapterModel(nn.Module):
 
     def parameter_counts(self, name: str) -> dict[str, int]:
         """Trainable parameters of adapter `name` by group, its total, and the base's size."""
-        counts = {"adapters": 0, "layernorm": 0, "head": 0}
+        counts = {"adapters": 0, "layernorm": 0, "head": 0}  # plus "fusion" for a fusion
         for k, v in self.named_adapter_tensors(name).items():
-            counts[k.split(".")[0]] += v.numel()
+            group = k.split(".")[0]
+            counts[group] = counts.get(group, 0) + v.numel()
         counts["trainable"] = sum(counts.values())
         counts["base"] = self.base_parameter_count
         return counts
@@ -203,6 +248,28 @@ class AdapterModel(nn.Module):
         finally:
             for site in sites:
                 site.route = None
+
+    def forward_parallel(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                         token_type_ids: torch.Tensor | None, block: Parallel
+                         ) -> dict[str, torch.Tensor]:
+        """Every adapter of `block` on the same batch, in one routed pass over the batch
+        repeated once per adapter: {name: its head's logits}.
+
+        Raises:
+            AdapterError: a name that is not loaded, or one without a head.
+        """
+        k = len(block.children)
+        per_row = [n for n in block.children for _ in range(len(input_ids))]
+        tt = token_type_ids.repeat(k, 1) if token_type_ids is not None else None
+        _, logits = self.forward_routed(input_ids.repeat(k, 1), attention_mask.repeat(k, 1), tt,
+                                        per_row)
+        b = len(input_ids)
+        out = {}
+        for j, n in enumerate(block.children):
+            if n not in self.heads:
+                raise AdapterError(f"adapter {n!r} has no head")
+            out[n] = torch.stack(logits[j * b:(j + 1) * b])
+        return out
 
     def forward_routed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                        token_type_ids: torch.Tensor | None, per_row: list[str | None]
