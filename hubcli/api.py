@@ -126,3 +126,25 @@ class AdapterHub:
         return RowGroup(name, task, list(m["head"]["labels"]),
                         int(m["training"].get("max_length", 128)),
                         [task.parse_input(t) for t in texts], list(positions))
+
+
+def predict_each(folders: list[Path], texts: list[str], *, base: str | None = None,
+                 allow_unsigned: bool = False, allow_base_mismatch: bool = False,
+                 notify: Callable[[str], None] = lambda _m: None
+                 ) -> tuple[AdapterHub, list[str], list[dict]]:
+    """Every text through every adapter in `folders`, in one routed pass per batch (the
+    Parallel of them all): (the hub, adapter names, {name: prediction} per text). The base is
+    `base`, else the one the first adapter was trained on.
+
+    Raises:
+        SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError.
+    """
+    from hubcli import manifest as manifest_io
+    from hubcli.attach import base_for
+
+    hub = AdapterHub(base_for(manifest_io.read(Path(folders[0])), base), notify=notify)
+    names = [hub.load(f, allow_unsigned=allow_unsigned, allow_base_mismatch=allow_base_mismatch)
+             for f in folders]
+    preds = hub.predict(texts, compose=Parallel(*names)) if len(names) > 1 else [
+        {names[0]: p} for p in hub.predict(texts, adapter=names[0])]
+    return hub, names, preds
