@@ -123,7 +123,11 @@ def test_training_touches_only_what_is_trained(model, base, what):
     assert all(id(after[k]) in trained_keys for k in changed)  # ... and nothing else did
 
 
-def test_parallel_cannot_be_activated_and_fusions_need_loaded_adapters(model):
+def test_parallel_cannot_be_activated_and_fusions_need_loaded_adapters(model, base):
+    fused = Fuse("a", "c")
+    model.add_fusion(fused, SEQ)
+    with pytest.raises(AdapterError, match="is a fusion; rows are routed to single adapters"):
+        model.forward_routed(**encode(base.tokenizer, TEXTS[:1]), per_row=[fused.name])
     with pytest.raises(AdapterError, match="cannot be activated"):
         model.activate(Parallel("a", "b"))
     with pytest.raises(AdapterError, match="no adapter named 'zz'"):
