@@ -114,19 +114,20 @@ class AdapterFusion(nn.Module):
 
     def __init__(self, d: int):
         super().__init__()
-        self.query, self.key, self.value = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
-        for lin in (self.query, self.key):
-            nn.init.normal_(lin.weight, std=0.02)
-            nn.init.zeros_(lin.bias)
+        # no key bias: it adds the same score to every adapter's output, which softmax ignores
+        self.query, self.key = nn.Linear(d, d), nn.Linear(d, d, bias=False)
+        self.value = nn.Linear(d, d)
+        nn.init.normal_(self.query.weight, std=0.02)
+        nn.init.zeros_(self.query.bias)
+        nn.init.normal_(self.key.weight, std=0.02)
         nn.init.eye_(self.value.weight)
         nn.init.zeros_(self.value.bias)
 
     def forward(self, y: torch.Tensor, outputs: torch.Tensor) -> torch.Tensor:
         """`y` [batch, n, d], `outputs` [K, batch, n, d] -> [batch, n, d]."""
-        # Both projections of the K outputs fold away, exactly: (Q y) . (W_K o + b_K) =
-        # o . (W_K^T Q y) + b_K . Q y, whose second term is the same for every k (the softmax
-        # ignores it), and sum_k s_k V o_k = V (sum_k s_k o_k) since the weights sum to 1:
-        # two d x d products per token instead of 2K + 1.
+        # Both projections of the K outputs fold away, exactly: (Q y) . (W_K o) = o . (W_K^T Q y),
+        # and sum_k s_k V o_k = V (sum_k s_k o_k) since the weights sum to 1: three d x d
+        # products per token instead of 2K + 1.
         q = self.query(y)
         scores = torch.einsum("bnd,kbnd->bnk", q @ self.key.weight, outputs)
         mixed = torch.einsum("bnk,kbnd->bnd", scores.softmax(-1), outputs)
