@@ -5,9 +5,13 @@
     hub.load("./sst2-adapter")              # verified (signature, digests, base hash), then attached
     hub.load("./ner-adapter", name="ner")
     hub.predict(["a gripping film"], adapter="sst2-adapter")
+    hub.predict(["a gripping film", "Angela visited Paris"], adapter=["sst2-adapter", "ner"])
+    hub.predict(["Angela loved Paris"], compose=Parallel("sst2-adapter", "ner"))
     hub.deactivate()                        # the untouched base again, bit for bit
 
-Every load goes through the same verification as `hub predict`.
+A list of adapters (one per text) and `Parallel` run in one routed pass per batch: each row
+through its own adapter, however many are mixed. Every load goes through the same
+verification as `hub predict`.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from hubcli.format.vocab import DEFAULT_MAX_LENGTH
+from hubcli.core.composition import Parallel, Stack, owner
 
 
 class AdapterHub:
@@ -63,22 +68,85 @@ class AdapterHub:
     def adapters(self) -> list[str]:
         return self.model.adapter_names()
 
-    def predict(self, texts: list[str], *, adapter: str | None = None) -> list[dict]:
-        """Predictions of `adapter` (default: the active one) for raw input lines.
+    def predict(self, texts: list[str], *, adapter: str | list[str] | None = None,
+                compose: Parallel | Stack | None = None) -> list[dict]:
+        """Predictions for raw input lines: of `adapter` (default: the active one); with a list,
+        text i through adapter[i]; with `compose=Parallel(...)`, {adapter: prediction} for
+        every text; with `compose=Stack(...)`, the stack (its top adapter's head).
 
         Raises:
-            AdapterError: no such adapter, or none active.
+            AdapterError: no such adapter, none active, or the list's length differs from
+                the texts'.
         """
         from hubcli.errors import AdapterError
-        from hubcli.local.inference import Predictor
+        from hubcli.local.inference import Predictor, run_routed
         from hubcli.tasks import get_task
 
-        name = adapter or self.model.active
+        if isinstance(compose, Parallel):
+            groups = [self._group(n, texts, range(j * len(texts), (j + 1) * len(texts)))
+                      for j, n in enumerate(compose.children)]
+            flat = run_routed(self.model, self.base.tokenizer, groups)
+            return [{n: flat[j * len(texts) + i] for j, n in enumerate(compose.children)}
+                    for i in range(len(texts))]
+        if isinstance(adapter, list):
+            if len(adapter) != len(texts):
+                raise AdapterError(f"{len(adapter)} adapters for {len(texts)} texts",
+                                   hint="pass one adapter name per text")
+            rows: dict[str, list[int]] = {}
+            for i, n in enumerate(adapter):
+                rows.setdefault(n, []).append(i)
+            groups = [self._group(n, [texts[i] for i in pos], pos) for n, pos in rows.items()]
+            return run_routed(self.model, self.base.tokenizer, groups)
+        name = owner(compose) if compose is not None else adapter or self.model.active
         if name is None:
             raise AdapterError("no adapter is active", hint="load() one or pass adapter=NAME")
-        self.activate(name)
-        m = self.manifests[name]
-        task = get_task(m["task"])
+        self.model.activate(compose if compose is not None else name)
+        m = self._manifest(name)
+        task = self._task(m)
         predictor = Predictor(self.model, self.base.tokenizer, task, list(m["head"]["labels"]),
                               int(m["training"].get("max_length", DEFAULT_MAX_LENGTH)), m, Path("."))
         return predictor.predict([task.parse_input(t) for t in texts])
+
+    def _manifest(self, name: str) -> dict:
+        if name not in self.manifests:
+            from hubcli.errors import AdapterError
+
+            raise AdapterError(f"no adapter named {name!r} is loaded",
+                               hint=f"loaded: {', '.join(self.manifests) or 'none'}")
+        return self.manifests[name]
+
+    def _task(self, manifest: dict):
+        from hubcli.tasks import get_task
+
+        return get_task(manifest["task"])
+
+    def _group(self, name: str, texts: list[str], positions) -> "RowGroup":
+        from hubcli.local.inference import RowGroup
+
+        m = self._manifest(name)
+        task = self._task(m)
+        return RowGroup(name, task, list(m["head"]["labels"]),
+                        int(m["training"].get("max_length", 128)),
+                        [task.parse_input(t) for t in texts], list(positions))
+
+
+def predict_each(folders: list[Path], texts: list[str], *, base: str | None = None,
+                 allow_unsigned: bool = False, allow_base_mismatch: bool = False,
+                 notify: Callable[[str], None] = lambda _m: None
+                 ) -> tuple[AdapterHub, list[str], list[dict]]:
+    """Every text through every adapter in `folders`, in one routed pass per batch (the
+    Parallel of them all): (the hub, adapter names, {name: prediction} per text). The base is
+    `base`, else the one the first adapter was trained on.
+
+    Raises:
+        SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError.
+    """
+    from hubcli.format import manifest as manifest_io
+    from hubcli.local.attach import base_for
+
+    hub = AdapterHub(base_for(manifest_io.read(Path(folders[0])), base), notify=notify)
+    names = [hub.load(f, allow_unsigned=allow_unsigned, allow_base_mismatch=allow_base_mismatch)
+             for f in folders]
+    preds = hub.predict(texts, compose=Parallel(*names)) if len(names) > 1 else [
+        {names[0]: p} for p in hub.predict(texts, adapter=names[0])]
+    return hub, names, preds

@@ -6,7 +6,8 @@
 Defaults: hidden size 32, 2 layers, bottleneck 4, a sequence_classification head with 2 labels,
 adapters after both sublayers of every layer and LayerNorm deltas. Keyword overrides replace
 top-level manifest fields; a dict value is merged into the default dict (e.g.
-`architecture={"bottleneck": 8}`). The weights always match the final manifest.
+`architecture={"bottleneck": 8}`), unless it names another method (`architecture=LORA`). The
+weights always match the final manifest.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from hubcli.format import manifest as manifest_io
 from hubcli.format.spec import expected_tensors
 
 BASE_PARAMETERS = 1_000_000
+LORA = {"type": "lora", "rank": 4, "alpha": 8.0, "placement": ["query", "value"],
+        "layers": [0, 1], "layernorm": "frozen"}
 
 
 def default_manifest(hidden: int = 32, num_layers: int = 2, bottleneck: int = 4) -> dict[str, Any]:
@@ -92,7 +95,9 @@ def make_adapter_dir(path: Path, *, hidden: int = 32, num_layers: int = 2, bottl
     path.mkdir(parents=True, exist_ok=True)
     manifest = default_manifest(hidden, num_layers, bottleneck)
     for key, value in overrides.items():
-        merge = isinstance(value, dict) and isinstance(manifest.get(key), dict)
+        # an architecture of another method replaces the default one instead of merging into it
+        merge = (isinstance(value, dict) and isinstance(manifest.get(key), dict)
+                 and value.get("type", manifest[key].get("type")) == manifest[key].get("type"))
         manifest[key] = {**manifest[key], **value} if merge else value
     shapes = expected_tensors(manifest)
     rng = np.random.default_rng(seed)

@@ -34,3 +34,59 @@ def test_many_adapters_share_one_base(tiny_base_dir, tmp_path):
     hub.remove("sst")
     with pytest.raises(AdapterError, match="no adapter named 'sst'"):
         hub.activate("sst")
+
+
+@pytest.fixture(scope="module")
+def three_adapters(tiny_base_dir, tmp_path_factory):
+    """A Houlsby classifier, a Houlsby tagger and a LoRA classifier on the tiny base."""
+    out = tmp_path_factory.mktemp("routed")
+    train_tsv, _ = sample_dataset()
+    ner_train, _ = ner_sample()
+    common = dict(base=str(tiny_base_dir), epochs=1, bottleneck=4, max_length=32, quiet=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HUB_HOME", str(out / "home"))
+        train(TrainSettings(train=train_tsv, out=out / "sst", **common), log=lambda _m: None)
+        train(TrainSettings(train=ner_train, out=out / "ner", task="tagging", **common),
+              log=lambda _m: None)
+        train(TrainSettings(train=train_tsv, out=out / "lora", method="lora", rank=4, **common),
+              log=lambda _m: None)
+    return out
+
+
+def close(a, b) -> bool:
+    """Predictions equal up to float noise (1e-5)."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float):
+        return abs(a - b) <= 1e-5
+    return a == b
+
+
+def test_predict_routes_each_text_through_its_own_adapter(three_adapters, tiny_base_dir):
+    hub = AdapterHub(str(tiny_base_dir))
+    for name in ("sst", "ner", "lora"):
+        hub.load(three_adapters / name, allow_unsigned=True)
+    texts = ["a gripping film", "Angela Merkel visited Paris .", "dull and long",
+             "Paris in the spring", "an utter mess", "quietly moving"]
+    names = ["sst", "ner", "lora", "ner", "sst", "lora"]
+    mixed = hub.predict(texts, adapter=names)
+    alone = [hub.predict([t], adapter=n)[0] for t, n in zip(texts, names)]
+    assert "entities" in mixed[1] and "label" in mixed[0]
+    assert all(close(m, a) for m, a in zip(mixed, alone)), (mixed, alone)
+    with pytest.raises(AdapterError, match="2 adapters for 6 texts"):
+        hub.predict(texts, adapter=["sst", "ner"])
+
+
+def test_predict_with_parallel_equals_each_adapter_separately(three_adapters, tiny_base_dir):
+    from hubcli.core.composition import Parallel
+
+    hub = AdapterHub(str(tiny_base_dir))
+    for name in ("sst", "ner", "lora"):
+        hub.load(three_adapters / name, allow_unsigned=True)
+    texts = ["Angela loved Paris", "a dull film"]
+    together = hub.predict(texts, compose=Parallel("sst", "ner", "lora"))
+    for name in ("sst", "ner", "lora"):
+        separate = hub.predict(texts, adapter=name)
+        assert all(close(row[name], s) for row, s in zip(together, separate)), name

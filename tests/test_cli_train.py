@@ -137,6 +137,38 @@ def test_tagging_predicts_entity_spans_with_offsets(tiny_base_dir, tmp_path):
         assert text[ent["start"]:ent["end"]] == ent["text"]
 
 
+def test_lora_method_trains_predicts_and_records_its_shape(trained, tiny_base_dir, tmp_path):
+    train, dev = sample_dataset()
+    out = tmp_path / "lora"
+    result = run("train", "--method", "lora", "--rank", 4, "--alpha", 8, "--base", tiny_base_dir,
+                 "--train", train, "--validation", dev, "--out", out, "--epochs", 1,
+                 "--max-length", 32, "--quiet")
+    assert result.exit_code == 0, result.output
+    m = manifest_io.read(out)
+    assert m["architecture"] == {"type": "lora", "rank": 4, "alpha": 8.0, "layers": [0, 1],
+                                 "placement": ["query", "value"], "layernorm": "frozen"}
+    assert m["parameters"]["adapters"] == 2 * 2 * (2 * 4 * 32) and m["parameters"]["layernorm"] == 0
+    weights = load_file(str(out / "adapter.safetensors"))
+    assert weights["adapters.0.query.B.weight"].abs().sum() > 0  # B moved away from zero
+    pred = run("predict", out, "a gripping film", "--json")
+    assert pred.exit_code == 0, pred.output
+    assert json.loads(pred.stdout)["label"] in ("negative", "positive")
+
+    # several adapters: every text through each of them, in one routed pass
+    sst, _ = trained
+    both = run("predict", "-a", sst, "-a", out, "a gripping film", "dull", "--json")
+    assert both.exit_code == 0, both.output
+    rows = [json.loads(line) for line in both.stdout.splitlines()]
+    assert [(r["text"], r["adapter"]) for r in rows] == [
+        ("a gripping film", "sst-adapter"), ("a gripping film", "lora"),
+        ("dull", "sst-adapter"), ("dull", "lora")]
+    alone = json.loads(run("predict", sst, "dull", "--json").stdout)
+    assert rows[2]["label"] == alone["label"]
+    assert rows[2]["score"] == pytest.approx(alone["score"], abs=1e-5)
+    text_table = run("predict", "-a", sst, "-a", out, "dull")
+    assert text_table.exit_code == 0 and "adapter" in text_table.output.splitlines()[0]
+
+
 def test_full_finetune_writes_a_model_folder_not_an_adapter(tiny_base_dir, tmp_path):
     train, dev = sample_dataset()
     out = tmp_path / "full"

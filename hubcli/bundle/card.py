@@ -81,12 +81,26 @@ def _summary(m: dict[str, Any]) -> list[str]:
     labels = f" ({len(names)} labels: {', '.join(names)})" if names else ""
     deltas = ", the LayerNorm deltas" if m["architecture"]["layernorm"] == "delta" else ""
     lines = [f"# {m['name']}", "",
-             f"A Houlsby bottleneck adapter, version {m['version']}, for {TASK_WORDS[m['task']]}"
+             f"A {_METHOD_WORDS[m['architecture']['type']]}, version {m['version']}, for "
+             f"{TASK_WORDS[m['task']]}"
              f"{labels} on the frozen base model `{m['base_model']['name']}`. Only the adapters"
              f"{deltas} and the task head are stored here; the base stays unchanged."]
     if m.get("description"):
         lines += ["", m["description"]]
     return lines
+
+
+_METHOD_WORDS = {"houlsby": "Houlsby bottleneck adapter", "lora": "LoRA adapter"}
+
+
+def _method_rows(arch: dict[str, Any]) -> list[tuple[str, str]]:
+    if arch["type"] == "lora":
+        return [("Rank", f"r = {arch['rank']}, alpha = {arch['alpha']:g} (updates (alpha / r) B A x)"),
+                ("Placement", f"the attention {' and '.join(arch['placement'])} projections in "
+                              f"layers {_ranges(arch['layers'])}")]
+    return [("Bottleneck size", f"m = {arch['bottleneck']} (each adapter maps d -> m -> d)"),
+            ("Placement", f"after {' and '.join(arch['placement'])} in layers "
+                          f"{_ranges(arch['layers'])}, {arch['non_linearity']} non-linearity")]
 
 
 def _details(m: dict[str, Any]) -> list[str]:
@@ -98,9 +112,7 @@ def _details(m: dict[str, Any]) -> list[str]:
                        f"{base['hidden_size']}, {base['num_layers']} layers"),
         ("Base content hash", f"`{base['content_hash']}`"),
         ("Tokenizer hash", f"`{base['tokenizer_hash']}`"),
-        ("Bottleneck size", f"m = {arch['bottleneck']} (each adapter maps d -> m -> d)"),
-        ("Placement", f"after {' and '.join(arch['placement'])} in layers "
-                      f"{_ranges(arch['layers'])}, {arch['non_linearity']} non-linearity"),
+        *_method_rows(arch),
         ("LayerNorm", "trained as deltas on the base" if arch["layernorm"] == "delta"
                       else "frozen"),
         ("Head", f"{head['type']}, {head['num_outputs']} outputs"

@@ -71,7 +71,15 @@ def attach_options(f):
 @column_options
 @click.option("--base", help="base model folder or Hub id (default: packaged all-MiniLM-L6-v2)")
 @click.option("--base-revision", help="Hub revision of the base")
-@click.option("--bottleneck", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--method", type=click.Choice(["houlsby", "lora"]), default="houlsby",
+              show_default=True, help="houlsby: bottleneck adapters; lora: low-rank updates of "
+              "the attention query and value projections")
+@click.option("--bottleneck", type=click.IntRange(min=1), default=64, show_default=True,
+              help="houlsby: bottleneck size")
+@click.option("--rank", type=click.IntRange(min=1), default=8, show_default=True,
+              help="lora: rank r")
+@click.option("--alpha", type=click.FloatRange(min=0, min_open=True), default=16.0,
+              show_default=True, help="lora: updates are scaled by alpha / rank")
 @click.option("--layers", help="layers that get adapters: all, 0-5, 0,2,4", default="all",
               show_default=True)
 @click.option("--init-scale", type=float, default=1e-3, show_default=True)
@@ -93,7 +101,7 @@ def attach_options(f):
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 def train_cmd(train_path, fmt, text_column, text_pair_column, label_column, layers, as_json,
               **opts) -> None:
-    """Train a Houlsby adapter on a frozen base model."""
+    """Train an adapter (Houlsby, or LoRA with --method lora) on a frozen base model."""
     from hubcli.local.train import TrainSettings, train
 
     s = TrainSettings(train=train_path, fmt=fmt, layers=parse_layers(layers),
@@ -139,21 +147,29 @@ def eval_cmd(adapter, data, fmt, text_column, text_pair_column, label_column, as
 
 @click.command("predict")
 @click.argument("args", nargs=-1)
+@click.option("--adapter", "-a", "adapters", multiple=True,
+              help="adapter folder or NS/NAME[@VERSION]; repeat it to run every text through "
+                   "several adapters in one pass (then every argument is a text)")
 @attach_options
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per input line")
-def predict_cmd(args, as_json, **attach) -> None:
+def predict_cmd(args, adapters, as_json, **attach) -> None:
     """Predict with an adapter: hub predict [ADAPTER] [TEXT...] (texts also from stdin).
 
     ADAPTER is a local folder or NS/NAME[@VERSION]; without it, the last adapter pulled.
     """
     from hubcli.local.inference import load_predictor
-    from hubcli.remote.refs import split_adapter_and_texts
+    from hubcli.remote.refs import resolve_adapter, split_adapter_and_texts
 
-    adapter, texts = split_adapter_and_texts(list(args), notify=notice)
+    if adapters:
+        folders, texts = [resolve_adapter(a, notify=notice) for a in adapters], list(args)
+    else:
+        adapter, texts = split_adapter_and_texts(list(args), notify=notice)
     if not texts and not sys.stdin.isatty():
         texts = [line.rstrip("\n") for line in sys.stdin if line.strip()]
     if not texts:
         raise UsageError("no input texts", hint='pass texts as arguments or one per line on stdin')
+    if adapters:
+        return _predict_each(folders, texts, as_json, attach)
     predictor = load_predictor(adapter, notify=notice, **attach)
     preds = predictor.predict([predictor.task.parse_input(t) for t in texts])
     if as_json:
@@ -161,3 +177,18 @@ def predict_cmd(args, as_json, **attach) -> None:
             echo_json({"text": text, **pred})
     else:
         table(["text", "prediction"], [(t, predictor.task.describe(p)) for t, p in zip(texts, preds)])
+
+
+def _predict_each(folders, texts: list[str], as_json: bool, attach: dict) -> None:
+    from hubcli.api import predict_each
+    from hubcli.tasks import get_task
+
+    hub, names, preds = predict_each(folders, texts, notify=notice, **attach)
+    if as_json:
+        for text, row in zip(texts, preds):
+            for name in names:
+                echo_json({"text": text, "adapter": name, **row[name]})
+        return
+    tasks = {n: get_task(hub.manifests[n]["task"]) for n in names}
+    table(["text", "adapter", "prediction"],
+          [(t, n, tasks[n].describe(row[n])) for t, row in zip(texts, preds) for n in names])

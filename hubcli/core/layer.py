@@ -1,20 +1,28 @@
 """Module wrappers that keep the frozen `base_layer` and a dict of named adapters.
 
-`AdapterLinear` wraps a sublayer's output projection: y = adapter(base(x)), applied before the
-sublayer's dropout, residual add and LayerNorm (Houlsby et al., Fig. 2).
+`AdapterLinear` wraps a Linear and hands each adapter both its input x and the base output
+y = base(x): a Houlsby adapter on a sublayer's output projection returns y + up(act(down(y))),
+applied before the sublayer's dropout, residual add and LayerNorm (Houlsby et al., Fig. 2); a
+LoRA adapter on a query or value projection returns y + (alpha / r) B A x (Hu et al. 2021).
 `DeltaLayerNorm` wraps a LayerNorm: gamma = gamma_base + delta, beta = beta_base + delta, so
 each adapter trains its own LayerNorm without touching the shared base tensors.
 
 With no adapter active both wrappers call the base module directly, so outputs are
-bit-identical to the untouched model.
+bit-identical to the untouched model. With a `Route` set (see `routing.py`) they instead apply
+a different adapter to each row of the batch, in one batched product per site.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from hubcli.core.composition import Block, Fuse, Stack
+from hubcli.core.config import AdapterConfig, LoraConfig
+from hubcli.core.routing import Route, StackCache, pad_stack
 
 _ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}
 
@@ -39,37 +47,160 @@ class BottleneckAdapter(nn.Module):
                 nn.init.zeros_(lin.weight)
             nn.init.zeros_(lin.bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.up(self.act(self.down(x)))
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """`y` is the base layer's output for input `x`; the adapter transforms `y`."""
+        return y + self.up(self.act(self.down(y)))
+
+    def route_group(self) -> tuple:
+        """Adapters with equal groups stack into one batched product at a site."""
+        return (type(self), type(self.act))
+
+    @staticmethod
+    def stack(adapters: list[BottleneckAdapter]) -> tuple[torch.Tensor, ...]:
+        """[K, d, m] down, [K, m] its bias, [K, m, d] up, [K, d] its bias (m padded)."""
+        return (pad_stack([a.down.weight.t() for a in adapters], 1),
+                pad_stack([a.down.bias for a in adapters], 0),
+                pad_stack([a.up.weight.t() for a in adapters], 0),
+                torch.stack([a.up.bias for a in adapters]))
+
+    def routed(self, x: torch.Tensor, y: torch.Tensor, rows: torch.Tensor,
+               stacked: tuple[torch.Tensor, ...], slots: torch.Tensor) -> torch.Tensor:
+        """`forward` on `rows` of the batch, row rows[j] with the adapter at `slots[j]`: one
+        gathered batched product per projection."""
+        down, down_b, up, up_b = stacked
+        y = y[rows]
+        h = self.act(torch.baddbmm(down_b[slots].unsqueeze(1), y, down[slots]))
+        return y + torch.baddbmm(up_b[slots].unsqueeze(1), h, up[slots])
+
+
+class LoraAdapter(nn.Module):
+    """LoRA(x, y) = y + (alpha / r) B(A(x)), A: d_in -> r, B: r -> d_out, no biases."""
+
+    def __init__(self, d_in: int, d_out: int, config: LoraConfig):
+        super().__init__()
+        self.A = nn.Linear(d_in, config.rank, bias=False)
+        self.B = nn.Linear(config.rank, d_out, bias=False)
+        self.scale = config.scale
+        # A as nn.Linear initialises itself (Kaiming-uniform); B = 0 makes the update start at
+        # exactly zero (Hu et al., section 4.1)
+        nn.init.zeros_(self.B.weight)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return y + self.B(self.A(x)) * self.scale
+
+    def route_group(self) -> tuple:
+        return (type(self),)
+
+    @staticmethod
+    def stack(adapters: list[LoraAdapter]) -> tuple[torch.Tensor, ...]:
+        """[K, d_in, r] A, [K, r, d_out] B (r padded), [K] scales."""
+        return (pad_stack([a.A.weight.t() for a in adapters], 1),
+                pad_stack([a.B.weight.t() for a in adapters], 0),
+                torch.tensor([a.scale for a in adapters], dtype=adapters[0].A.weight.dtype,
+                             device=adapters[0].A.weight.device))
+
+    def routed(self, x: torch.Tensor, y: torch.Tensor, rows: torch.Tensor,
+               stacked: tuple[torch.Tensor, ...], slots: torch.Tensor) -> torch.Tensor:
+        """`forward` on `rows`, row rows[j] with the adapter at `slots[j]`."""
+        a, b, scale = stacked
+        update = torch.bmm(torch.bmm(x[rows], a[slots]), b[slots])
+        return y[rows] + update * scale[slots].view(-1, 1, 1)
+
+
+class AdapterFusion(nn.Module):
+    """AdapterFusion at one site (Pfeiffer et al. 2021): scores softmax_k((Q y) . (K o_k)) over
+    the adapters' outputs o_k, with the sublayer output y as query; returns sum_k s_k V o_k.
+    V starts as the identity, so a fresh fusion mixes the adapters' outputs as they are."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        # no key bias: it adds the same score to every adapter's output, which softmax ignores
+        self.query, self.key = nn.Linear(d, d), nn.Linear(d, d, bias=False)
+        self.value = nn.Linear(d, d)
+        nn.init.normal_(self.query.weight, std=0.02)
+        nn.init.zeros_(self.query.bias)
+        nn.init.normal_(self.key.weight, std=0.02)
+        nn.init.eye_(self.value.weight)
+        nn.init.zeros_(self.value.bias)
+
+    def forward(self, y: torch.Tensor, outputs: torch.Tensor) -> torch.Tensor:
+        """`y` [batch, n, d], `outputs` [K, batch, n, d] -> [batch, n, d]."""
+        # Both projections of the K outputs fold away, exactly: (Q y) . (W_K o) = o . (W_K^T Q y),
+        # and sum_k s_k V o_k = V (sum_k s_k o_k) since the weights sum to 1: three d x d
+        # products per token instead of 2K + 1.
+        q = self.query(y)
+        scores = torch.einsum("bnd,kbnd->bnk", q @ self.key.weight, outputs)
+        mixed = torch.einsum("bnk,kbnd->bnd", scores.softmax(-1), outputs)
+        return self.value(mixed)
+
+
+def build_adapter(config: AdapterConfig, base_layer: nn.Linear) -> nn.Module:
+    """A fresh adapter of `config`'s method for one wrapped Linear."""
+    if isinstance(config, LoraConfig):
+        return LoraAdapter(base_layer.in_features, base_layer.out_features, config)
+    return BottleneckAdapter(base_layer.out_features, config.bottleneck,
+                             non_linearity=config.non_linearity, init_scale=config.init_scale)
 
 
 class AdapterLinear(nn.Module):
-    """A frozen Linear followed by the active named bottleneck adapter, if any."""
+    """A frozen Linear followed by the active named adapter, if any; or, with a `route` set,
+    by each row's own adapter."""
 
     def __init__(self, base_layer: nn.Linear):
         super().__init__()
         self.base_layer = base_layer
         self.adapters = nn.ModuleDict()
-        self.active: str | None = None
+        self.fusions = nn.ModuleDict()
+        self.active: Block | None = None
+        self.route: Route | None = None
+        self._stacks = StackCache()
 
-    def add(self, name: str, m: int, *, non_linearity: str, init_scale: float) -> BottleneckAdapter:
+    def add(self, name: str, config: AdapterConfig) -> nn.Module:
         w = self.base_layer.weight
-        adapter = BottleneckAdapter(self.base_layer.out_features, m, non_linearity=non_linearity,
-                                    init_scale=init_scale).to(device=w.device, dtype=w.dtype)
+        adapter = build_adapter(config, self.base_layer).to(device=w.device, dtype=w.dtype)
         self.adapters[name] = adapter
         return adapter
 
     def remove(self, name: str) -> None:
-        if name in self.adapters:
-            del self.adapters[name]
+        for table in (self.adapters, self.fusions):
+            if name in table:
+                del table[name]
         if self.active == name:
             self.active = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base_layer(x)
-        if self.active is None or self.active not in self.adapters:
+        if self.route is not None:
+            return self._routed(x, y, self.route)
+        if self.active is None:
             return y
-        return self.adapters[self.active](y)
+        return self._composed(x, y, self.active)
+
+    def _composed(self, x: torch.Tensor, y: torch.Tensor, block: Block) -> torch.Tensor:
+        if isinstance(block, str):
+            return self.adapters[block](x, y) if block in self.adapters else y
+        if isinstance(block, Stack):
+            for child in block.children:
+                y = self._composed(x, y, child)
+            return y
+        if isinstance(block, Fuse) and block.name in self.fusions:
+            outputs = torch.stack([self._composed(x, y, c) for c in block.children])
+            return self.fusions[block.name](y, outputs)
+        return y
+
+    def _routed(self, x: torch.Tensor, y: torch.Tensor, route: Route) -> torch.Tensor:
+        groups: dict[tuple, dict[str, nn.Module]] = defaultdict(dict)
+        for n, adapter in self.adapters.items():
+            groups[adapter.route_group()][n] = adapter
+        out = y
+        for group, members in groups.items():
+            first = next(iter(members.values()))
+            stacked = self._stacks.get(group, members, first.stack)
+            picked = stacked.rows(route)
+            if picked is not None:
+                rows, slots = picked
+                out = out.index_copy(0, rows, first.routed(x, y, rows, stacked.tensors, slots))
+        return out
 
 
 class LayerNormDelta(nn.Module):
@@ -89,6 +220,8 @@ class DeltaLayerNorm(nn.Module):
         self.base_layer = base_layer
         self.deltas = nn.ModuleDict()
         self.active: str | None = None
+        self.route: Route | None = None
+        self._stacks = StackCache()
 
     def add(self, name: str) -> LayerNormDelta:
         w = self.base_layer.weight
@@ -103,10 +236,30 @@ class DeltaLayerNorm(nn.Module):
             self.active = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.route is not None:
+            return self._routed(x, self.route)
         if self.active is None or self.active not in self.deltas:
             return self.base_layer(x)
         base, delta = self.base_layer, self.deltas[self.active]
         return F.layer_norm(x, base.normalized_shape, base.weight + delta.weight_delta,
                             base.bias + delta.bias_delta, base.eps)
+
+    def _routed(self, x: torch.Tensor, route: Route) -> torch.Tensor:
+        y = self.base_layer(x)
+        picked = None
+        if len(self.deltas):
+            stacked = self._stacks.get("deltas", dict(self.deltas.items()), _stack_deltas)
+            picked = stacked.rows(route)
+        if picked is None:
+            return y
+        rows, slots = picked
+        base, (dw, db) = self.base_layer, stacked.tensors
+        normed = F.layer_norm(x[rows], base.normalized_shape, None, None, base.eps)
+        scaled = normed * (base.weight + dw[slots]).unsqueeze(1) + (base.bias + db[slots]).unsqueeze(1)
+        return y.index_copy(0, rows, scaled)
+
+
+def _stack_deltas(deltas: list[LayerNormDelta]) -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.stack([d.weight_delta for d in deltas]), torch.stack([d.bias_delta for d in deltas]))
 
 

@@ -7,14 +7,18 @@ none active the encoder computes exactly what the untouched base computes.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 from torch import nn
 
-from hubcli.core.config import PLACEMENTS, HoulsbyConfig
+from hubcli.core.composition import Block, Fuse, Parallel, fusions_in, names_in, owner
+from hubcli.core.config import PLACEMENTS, AdapterConfig
 from hubcli.core.heads import HeadConfig, build_head
-from hubcli.core.layer import AdapterLinear, DeltaLayerNorm
+from hubcli.core.layer import AdapterFusion, AdapterLinear, DeltaLayerNorm
+from hubcli.core.routing import BASE, Route
 from hubcli.format.spec import EXTRA_LAYERNORMS
 from hubcli.core.targets import targets_for
 from hubcli.errors import AdapterError
@@ -22,7 +26,7 @@ from hubcli.errors import AdapterError
 
 @dataclass(frozen=True)
 class AdapterInfo:
-    config: HoulsbyConfig
+    config: AdapterConfig | Fuse  # a Fuse: a fusion's own parameters over loaded adapters
     head: HeadConfig | None
 
 
@@ -38,7 +42,8 @@ def _swap(root: nn.Module, path: str, wrap) -> nn.Module:
 
 
 class AdapterModel(nn.Module):
-    """A frozen encoder with Houlsby adapter sites injected, plus one head per adapter."""
+    """A frozen encoder with adapter sites injected (every placement of the targets table, for
+    every method), plus one head per adapter."""
 
     def __init__(self, encoder: nn.Module):
         super().__init__()
@@ -54,8 +59,9 @@ class AdapterModel(nn.Module):
         self.adapter_sites: dict[tuple[int, str], AdapterLinear] = {}
         self.layernorm_sites: dict[str, DeltaLayerNorm] = {}
         for i, layer in enumerate(layers):
+            for placement, path in t.adapters.items():
+                self.adapter_sites[(i, placement)] = _swap(layer, path, AdapterLinear)
             for placement in PLACEMENTS:
-                self.adapter_sites[(i, placement)] = _swap(layer, t.adapters[placement], AdapterLinear)
                 self.layernorm_sites[f"layers.{i}.{placement}"] = _swap(
                     layer, t.layernorms[placement], DeltaLayerNorm)
         for name in EXTRA_LAYERNORMS:
@@ -66,8 +72,9 @@ class AdapterModel(nn.Module):
 
     # -- managing named adapters -------------------------------------------------------------
 
-    def add_adapter(self, name: str, config: HoulsbyConfig, head: HeadConfig | None) -> None:
-        """Create adapter `name` with fresh near-identity weights and zero LayerNorm deltas.
+    def add_adapter(self, name: str, config: AdapterConfig, head: HeadConfig | None) -> None:
+        """Create adapter `name` of `config`'s method, fresh (near-identity for Houlsby,
+        exactly the identity for LoRA), with zero LayerNorm deltas if it trains LayerNorms.
 
         Raises:
             AdapterError: `name` exists already.
@@ -79,15 +86,41 @@ class AdapterModel(nn.Module):
         layers = set(config.resolved_layers(self.num_layers))
         for (i, placement), site in self.adapter_sites.items():
             if i in layers and placement in config.placement:
-                site.add(name, config.bottleneck, non_linearity=config.non_linearity,
-                         init_scale=config.init_scale)
+                site.add(name, config)
         if config.train_layernorm:
             for site in self.layernorm_sites.values():
                 site.add(name)
         if head is not None:
             ref = self.encoder.get_input_embeddings().weight
-            self.heads[name] = build_head(self.hidden_size, head).to(device=ref.device)
+            # in the model's mode: a head added to a model in eval mode must not drop out
+            self.heads[name] = build_head(self.hidden_size, head).to(device=ref.device).train(
+                self.training)
         self.infos[name] = AdapterInfo(config, head)
+
+    def add_fusion(self, block: Fuse, head: HeadConfig | None) -> str:
+        """Create fresh AdapterFusion parameters (and a head) over loaded adapters, at every
+        site where one of them has an adapter; returns the fusion's name (`block.name`), under
+        which it is activated, trained and saved like an adapter. Its components stay frozen.
+
+        Raises:
+            AdapterError: a component is not loaded, or the fusion exists already.
+        """
+        for n in names_in(block):
+            self._require(n)
+        name = block.name
+        if name in self.infos:
+            raise AdapterError(f"a fusion {name} is already loaded")
+        components = set(names_in(block))
+        for site in self.adapter_sites.values():
+            if components & set(site.adapters):
+                w = site.base_layer.weight
+                site.fusions[name] = AdapterFusion(site.base_layer.out_features).to(
+                    device=w.device, dtype=w.dtype)
+        if head is not None:
+            self.heads[name] = build_head(self.hidden_size, head).to(
+                device=self.encoder.get_input_embeddings().weight.device).train(self.training)
+        self.infos[name] = AdapterInfo(block, head)
+        return name
 
     def remove_adapter(self, name: str) -> None:
         self._require(name)
@@ -99,12 +132,26 @@ class AdapterModel(nn.Module):
         if self.active == name:
             self.active = None
 
-    def activate(self, name: str) -> None:
-        """Route the forward pass through adapter `name` (its adapters, deltas and head)."""
-        self._require(name)
-        for site in [*self.adapter_sites.values(), *self.layernorm_sites.values()]:
-            site.active = name
-        self.active = name
+    def activate(self, block: Block) -> None:
+        """Route the forward pass through adapter `block` (its adapters, deltas and head), or a
+        Stack or Fuse of loaded adapters (see `composition.py`).
+
+        Raises:
+            AdapterError: a name, or a fusion, that is not loaded; a Parallel block (use
+                `forward_parallel`).
+        """
+        if isinstance(block, Parallel):
+            raise AdapterError(f"{block} yields one output per adapter and cannot be activated",
+                               hint="use forward_parallel(), or AdapterHub.predict(compose=...)")
+        for n in names_in(block):
+            self._require(n)
+        for fusion in fusions_in(block):
+            self._require(fusion.name)
+        for site in self.adapter_sites.values():
+            site.active = block
+        for site in self.layernorm_sites.values():
+            site.active = owner(block)
+        self.active = owner(block)
 
     def deactivate(self) -> None:
         """Back to the untouched base: outputs are bit-identical to the original encoder."""
@@ -134,6 +181,10 @@ class AdapterModel(nn.Module):
             if name in site.deltas:
                 for pname, p in site.deltas[name].named_parameters():
                     out[f"layernorm.{site_name}.{pname}"] = p
+        for (i, placement), site in self.adapter_sites.items():
+            if name in site.fusions:
+                for pname, p in site.fusions[name].named_parameters():
+                    out[f"fusion.{i}.{placement}.{pname}"] = p
         if name in self.heads:
             for pname, p in self.heads[name].named_parameters():
                 out[f"head.{pname}"] = p
@@ -166,14 +217,84 @@ class AdapterModel(nn.Module):
 
     def parameter_counts(self, name: str) -> dict[str, int]:
         """Trainable parameters of adapter `name` by group, its total, and the base's size."""
-        counts = {"adapters": 0, "layernorm": 0, "head": 0}
+        counts = {"adapters": 0, "layernorm": 0, "head": 0}  # plus "fusion" for a fusion
         for k, v in self.named_adapter_tensors(name).items():
-            counts[k.split(".")[0]] += v.numel()
+            group = k.split(".")[0]
+            counts[group] = counts.get(group, 0) + v.numel()
         counts["trainable"] = sum(counts.values())
         counts["base"] = self.base_parameter_count
         return counts
 
     # -- forward ---------------------------------------------------------------------------------
+
+    @contextmanager
+    def routing(self, per_row: list[str | None]) -> Iterator[Route]:
+        """Within the block, row i of every batch goes through adapter `per_row[i]` (`BASE` or
+        None: the untouched base), whatever is active.
+
+        Raises:
+            AdapterError: a name that is not loaded.
+        """
+        for n in per_row:
+            if n not in (None, BASE):
+                self._require(n)
+                if isinstance(self.infos[n].config, Fuse):
+                    raise AdapterError(f"{n} is a fusion; rows are routed to single adapters",
+                                       hint="activate() the fusion instead")
+        ref = self.encoder.get_input_embeddings().weight
+        route = Route.of(per_row, ref.device)
+        sites = [*self.adapter_sites.values(), *self.layernorm_sites.values()]
+        for site in sites:
+            site.route = route
+        try:
+            yield route
+        finally:
+            for site in sites:
+                site.route = None
+
+    def forward_parallel(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                         token_type_ids: torch.Tensor | None, block: Parallel
+                         ) -> dict[str, torch.Tensor]:
+        """Every adapter of `block` on the same batch, in one routed pass over the batch
+        repeated once per adapter: {name: its head's logits}.
+
+        Raises:
+            AdapterError: a name that is not loaded, or one without a head.
+        """
+        k = len(block.children)
+        per_row = [n for n in block.children for _ in range(len(input_ids))]
+        tt = token_type_ids.repeat(k, 1) if token_type_ids is not None else None
+        _, logits = self.forward_routed(input_ids.repeat(k, 1), attention_mask.repeat(k, 1), tt,
+                                        per_row)
+        b = len(input_ids)
+        out = {}
+        for j, n in enumerate(block.children):
+            if n not in self.heads:
+                raise AdapterError(f"adapter {n!r} has no head")
+            out[n] = torch.stack(logits[j * b:(j + 1) * b])
+        return out
+
+    def forward_routed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                       token_type_ids: torch.Tensor | None, per_row: list[str | None]
+                       ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """One pass with a different adapter per row: (hidden states, per-row logits of that
+        row's head, None for `BASE` rows and adapters without a head). Heads differ in size,
+        so each runs on its own rows.
+
+        Raises:
+            AdapterError: a name that is not loaded.
+        """
+        with self.routing(per_row) as route:
+            hidden = self.encode(input_ids, attention_mask, token_type_ids)
+        logits: list[torch.Tensor | None] = [None] * len(per_row)
+        for k, name in enumerate(route.names):
+            if name not in self.heads:
+                continue
+            rows = (route.index == k).nonzero().squeeze(1)
+            out = self.heads[name](hidden[rows], attention_mask[rows])
+            for j, r in enumerate(rows.tolist()):
+                logits[r] = out[j]
+        return hidden, logits
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:

@@ -4,8 +4,11 @@ is one more row here.
 Paths are attribute paths inside the loaded encoder (`AutoModel`'s, or the compact BERT in
 `bert.py`, which keeps the same names):
 - `layers`: the ModuleList of transformer layers;
-- `adapters`: per placement, the Linear inside one layer whose output the adapter transforms
-  (the sublayer's output projection, before its residual add and LayerNorm);
+- `adapters`: per placement, the Linear inside one layer that an adapter site wraps: Houlsby's
+  sublayer output projections (the adapter transforms their output, before the residual add
+  and LayerNorm) and LoRA's attention query and value projections (the update reads their
+  input); which placements each method may use is `hubcli.format.vocab.METHOD_PLACEMENTS`,
+  read from the manifest schema;
 - `layernorms`: LayerNorms inside one layer, plus `extra_layernorms` outside the layers.
 """
 
@@ -26,10 +29,12 @@ class Targets:
 
 _BERT_LIKE = Targets(
     layers="encoder.layer",
-    adapters={"attention_output": "attention.output.dense", "ffn_output": "output.dense"},
+    adapters={"attention_output": "attention.output.dense", "ffn_output": "output.dense",
+              "query": "attention.self.query", "value": "attention.self.value"},
     layernorms={"attention_output": "attention.output.LayerNorm", "ffn_output": "output.LayerNorm"},
     extra_layernorms={"embeddings": "embeddings.LayerNorm"},
 )
+
 
 TARGETS: dict[str, Targets] = {
     "bert": _BERT_LIKE,

@@ -3,7 +3,7 @@
 Torch-free on purpose: `hub bundle` and the registry check a bundle's safetensors header
 (names, shapes, dtypes) against this without loading any weights.
 
-Tensor names in `adapter.safetensors` (all float32):
+Tensor names in `adapter.safetensors` (all float32). Houlsby (`architecture.type` "houlsby"):
     adapters.{layer}.{placement}.down.weight   [m, d]   down-projection
     adapters.{layer}.{placement}.down.bias     [m]
     adapters.{layer}.{placement}.up.weight     [d, m]   up-projection
@@ -14,6 +14,11 @@ Tensor names in `adapter.safetensors` (all float32):
                                                              embedding width (= d but in ELECTRA)
     head.*                                             see HEAD_TENSORS
 placement is `attention_output` or `ffn_output`.
+LoRA (`architecture.type` "lora"; no LayerNorm deltas):
+    adapters.{layer}.{placement}.A.weight      [r, d]   A, random init
+    adapters.{layer}.{placement}.B.weight      [d, r]   B, zero init; update (alpha / r) B A x
+    head.*
+placement is `query` or `value` (the attention projections, d -> d).
 """
 
 from __future__ import annotations
@@ -51,6 +56,15 @@ def adapter_tensors(d: int, m: int, layers: list[int], placement: list[str]) -> 
     return out
 
 
+def lora_tensors(d: int, r: int, layers: list[int], placement: list[str]) -> dict[str, Shape]:
+    """LoRA on d x d projections: 2 r d parameters per placement and layer."""
+    out: dict[str, Shape] = {}
+    for i in layers:
+        for p in placement:
+            out.update({f"adapters.{i}.{p}.A.weight": (r, d), f"adapters.{i}.{p}.B.weight": (d, r)})
+    return out
+
+
 def layernorm_tensors(d: int, num_layers: int, placement_all: tuple[str, ...],
                       embedding_size: int | None = None) -> dict[str, Shape]:
     """LayerNorm deltas; the embeddings' LayerNorm has the embedding width (ELECTRA: not d)."""
@@ -68,11 +82,18 @@ def expected_tensors(manifest: dict[str, Any]) -> dict[str, Shape]:
 
     Raises:
         KeyError: the manifest lacks a field the layout depends on.
-        ValueError: unknown head type.
+        ValueError: unknown head type or adapter method.
     """
     base, arch, head = manifest["base_model"], manifest["architecture"], manifest["head"]
     d, n_layers = int(base["hidden_size"]), int(base["num_layers"])
-    out = adapter_tensors(d, int(arch["bottleneck"]), list(arch["layers"]), list(arch["placement"]))
+    layers, placement = list(arch["layers"]), list(arch["placement"])
+    method = arch.get("type", "houlsby")
+    if method == "houlsby":
+        out = adapter_tensors(d, int(arch["bottleneck"]), layers, placement)
+    elif method == "lora":
+        out = lora_tensors(d, int(arch["rank"]), layers, placement)
+    else:
+        raise ValueError(f"unknown adapter method {method!r}; choose from houlsby, lora")
     if arch.get("layernorm", "delta") == "delta":
         out.update(layernorm_tensors(d, n_layers, PLACEMENTS, base.get("embedding_size")))
     out.update(head_tensors(head["type"], d, int(head["num_outputs"])))

@@ -13,14 +13,22 @@ import re
 
 from hubcli.format.manifest import SCHEMA_DIR
 
-_PROPS = json.loads((SCHEMA_DIR / "manifest.schema.json").read_text(encoding="utf-8"))["properties"]
-_ARCH = _PROPS["architecture"]["properties"]
+_SCHEMA = json.loads((SCHEMA_DIR / "manifest.schema.json").read_text(encoding="utf-8"))
+_PROPS = _SCHEMA["properties"]
+# One `$defs` entry per adapter method, each with `type` fixed to the method's name.
+_METHOD_DEFS = {d["properties"]["type"]["const"]: d["properties"]
+                for d in _SCHEMA["$defs"].values()
+                if "const" in d.get("properties", {}).get("type", {})}
 
 TASKS: tuple[str, ...] = tuple(_PROPS["task"]["enum"])
 HEAD_TYPES: tuple[str, ...] = tuple(_PROPS["head"]["properties"]["type"]["enum"])
 POOLINGS: tuple[str, ...] = tuple(_PROPS["head"]["properties"]["pooling"]["enum"])
-PLACEMENTS: tuple[str, ...] = tuple(_ARCH["placement"]["items"]["enum"])
-ACTIVATIONS: tuple[str, ...] = tuple(_ARCH["non_linearity"]["enum"])
+METHODS: tuple[str, ...] = tuple(_METHOD_DEFS)
+# Where each method may sit (sublayer outputs for Houlsby, attention projections for LoRA).
+METHOD_PLACEMENTS: dict[str, tuple[str, ...]] = {
+    method: tuple(props["placement"]["items"]["enum"]) for method, props in _METHOD_DEFS.items()}
+PLACEMENTS: tuple[str, ...] = METHOD_PLACEMENTS["houlsby"]
+ACTIVATIONS: tuple[str, ...] = tuple(_METHOD_DEFS["houlsby"]["non_linearity"]["enum"])
 
 # An adapter's version: semantic versioning, as the schema's pattern says.
 VERSION = re.compile(_PROPS["version"]["pattern"])

@@ -39,7 +39,7 @@ def attach(model, base_info, directory: Path, *, name: str | None = None,
     BaseMismatchError or AdapterError, before any weight is loaded where possible.
     """
     from hubcli.local.adapterdir import read_adapter_weights
-    from hubcli.core.config import HoulsbyConfig
+    from hubcli.core.config import config_from_manifest
     from hubcli.core.heads import HeadConfig
     from hubcli.remote.pull_records import registry_keys_for
     from hubcli.signing.policy import check_attach
@@ -51,7 +51,7 @@ def attach(model, base_info, directory: Path, *, name: str | None = None,
     manifest = manifest_io.read(Path(directory))
     check_base(manifest, base_info, allow_base_mismatch=allow_base_mismatch, notify=notify)
     name = name or manifest["name"]
-    model.add_adapter(name, HoulsbyConfig.from_manifest(manifest["architecture"]),
+    model.add_adapter(name, config_from_manifest(manifest["architecture"]),
                       HeadConfig.from_manifest(manifest["head"]))
     try:
         model.load_adapter_state(name, read_adapter_weights(Path(directory)))

@@ -12,6 +12,11 @@ from hubcli.local.batching import inference_batches
 INFER_BATCH = 64
 
 
+def _unpadded(row_logits, feature: dict):
+    # token-level heads: drop this feature's padding before decoding
+    return row_logits[:len(feature["input_ids"])] if row_logits.dim() == 2 else row_logits
+
+
 def run_model(model, task, features: list[dict], examples: list, labels: list[str],
               batch_size: int = INFER_BATCH) -> list[dict]:
     """Predictions for `examples` (one dict each) from their encoded `features`."""
@@ -23,10 +28,49 @@ def run_model(model, task, features: list[dict], examples: list, labels: list[st
             batch = task.collate([features[i] for i in idx])
             out = model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
             for row, i in enumerate(idx):
-                n = len(features[i]["input_ids"])
-                # token-level heads: drop this feature's padding before decoding
-                logits[i] = out[row, :n] if out.dim() == 3 else out[row]
+                logits[i] = _unpadded(out[row], features[i])
     return task.decode(logits, features, examples, labels)
+
+
+@dataclass
+class RowGroup:
+    """Examples that go through one adapter, and where their predictions belong."""
+
+    adapter: str
+    task: Any
+    labels: list[str]
+    max_length: int
+    examples: list
+    positions: list[int]
+
+
+def run_routed(model, tokenizer, groups: list[RowGroup], batch_size: int = INFER_BATCH
+               ) -> list[dict]:
+    """Predictions for every group's examples, batches mixing adapters row by row (one routed
+    pass per batch, `AdapterModel.forward_routed`), placed at the groups' positions."""
+    import torch
+
+    feats = [(g, f) for g, group in enumerate(groups)
+             for f in group.task.encode(group.examples, tokenizer, group.labels,
+                                        group.max_length, with_targets=False)]
+    logits: list = [None] * len(feats)
+    with torch.inference_mode():
+        for idx in inference_batches([f for _, f in feats], batch_size):
+            # the groups share one tokenizer, so any group's task pads alike
+            batch = groups[0].task.collate([feats[i][1] for i in idx])
+            _, out = model.forward_routed(batch["input_ids"], batch["attention_mask"],
+                                          batch.get("token_type_ids"),
+                                          [groups[feats[i][0]].adapter for i in idx])
+            for row, i in enumerate(idx):
+                logits[i] = _unpadded(out[row], feats[i][1])
+    results: list = [None] * sum(len(g.positions) for g in groups)
+    for g, group in enumerate(groups):
+        mine = [i for i, (owner, _) in enumerate(feats) if owner == g]
+        preds = group.task.decode([logits[i] for i in mine], [feats[i][1] for i in mine],
+                                  group.examples, group.labels)
+        for pos, pred in zip(group.positions, preds):
+            results[pos] = pred
+    return results
 
 
 @dataclass

@@ -35,9 +35,12 @@ class TrainSettings:
     columns: Columns = field(default_factory=Columns)
     base: str | None = None
     base_revision: str | None = None
+    method: str = "houlsby"  # or "lora" (hubcli/core/config.py)
     bottleneck: int = 64
     layers: tuple[int, ...] | None = None
     init_scale: float = 1e-3
+    rank: int = 8  # lora only
+    alpha: float = 16.0  # lora only
     lr: float | None = None
     epochs: int | None = None  # None: auto_epochs()
     batch_size: int = 32
@@ -137,7 +140,7 @@ class _Run:
     """One training run: the model, its optimiser, the loop, and saving."""
 
     def __init__(self, s: TrainSettings, task, labels: list[str], base, log):
-        from hubcli.core.config import HoulsbyConfig
+        from hubcli.core.config import HoulsbyConfig, LoraConfig
         from hubcli.core.heads import HeadConfig
         from hubcli.core.model import AdapterModel, FullFinetuneModel
 
@@ -149,8 +152,10 @@ class _Run:
             self.model = FullFinetuneModel(base.encoder, self.head)
             self.params = [p for p in self.model.parameters() if p.requires_grad]
         else:
-            self.config = HoulsbyConfig(bottleneck=s.bottleneck, layers=s.layers,
-                                        init_scale=s.init_scale)
+            self.config = (LoraConfig(rank=s.rank, alpha=s.alpha, layers=s.layers)
+                           if s.method == "lora" else
+                           HoulsbyConfig(bottleneck=s.bottleneck, layers=s.layers,
+                                         init_scale=s.init_scale))
             self.model = AdapterModel(base.encoder)
             self.model.add_adapter(self.name, self.config, self.head)
             self.model.activate(self.name)

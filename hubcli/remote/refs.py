@@ -34,8 +34,20 @@ def split_adapter_and_texts(args: list[str], notify: Callable[[str], None]) -> t
             raise UsageError("no adapter given and none pulled yet",
                              hint="hub predict ./my-adapter 'some text', or hub pull NS/NAME first")
         notify(f"using the last adapter pulled: {ref}")
-    if Path(ref).is_dir():
-        return Path(ref), texts
+    return resolve_adapter(ref, notify=notify), texts
+
+
+def resolve_adapter(ref: str, notify: Callable[[str], None]) -> Path:
+    """The folder of a local adapter, or of a registry reference (pulled first when needed).
+
+    Raises:
+        UsageError: a path-like reference that is not a folder.
+    """
+    if Path(ref).expanduser().is_dir():
+        return Path(ref).expanduser()
+    if ref.startswith(("./", "../", "/", "~")):
+        raise UsageError(f"{ref}: no such adapter folder",
+                         hint="point at a folder written by `hub train --out`, or NS/NAME")
     from hubcli.remote.pull import ensure_pulled
 
-    return ensure_pulled(ref, notify=notify), texts
+    return ensure_pulled(ref, notify=notify)

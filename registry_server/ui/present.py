@@ -66,13 +66,18 @@ def base_rows(manifest: dict[str, Any]) -> Rows:
 
 def architecture_rows(manifest: dict[str, Any]) -> Rows:
     arch, params = manifest.get("architecture", {}), manifest.get("parameters", {})
-    bottleneck = arch.get("bottleneck", "?")
-    rows = [("Bottleneck", f"{bottleneck} (each adapter maps d → {bottleneck} → d)"),
-            ("Placement", ", ".join(words(p) for p in arch.get("placement", [])) or "?"),
-            ("Layers", _layers(arch.get("layers", []),
-                               manifest.get("base_model", {}).get("num_layers"))),
-            ("Non-linearity", arch.get("non_linearity", "?")),
-            ("LayerNorm", "trained as deltas" if arch.get("layernorm") == "delta" else "frozen")]
+    if arch.get("type") == "lora":
+        rows = [("Method", "LoRA"),
+                ("Rank", f"{arch.get('rank', '?')} (alpha {arch.get('alpha', '?')})")]
+    else:
+        bottleneck = arch.get("bottleneck", "?")
+        rows = [("Bottleneck", f"{bottleneck} (each adapter maps d → {bottleneck} → d)")]
+    rows += [("Placement", ", ".join(words(p) for p in arch.get("placement", [])) or "?"),
+             ("Layers", _layers(arch.get("layers", []),
+                                manifest.get("base_model", {}).get("num_layers")))]
+    if "non_linearity" in arch:
+        rows.append(("Non-linearity", arch["non_linearity"]))
+    rows.append(("LayerNorm", "trained as deltas" if arch.get("layernorm") == "delta" else "frozen"))
     if isinstance(params.get("trainable"), int):
         share = params.get("share")
         of_base = f" ({share:.2%} of the base)" if isinstance(share, (int, float)) else ""

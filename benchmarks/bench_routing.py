@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Routing and composition throughput on the packaged MiniLM-L6 (fp32, inference mode), one
+batch of 64 short sentences from the shipped sentiment sample:
+
+- mixed:    one routed pass, the rows spread over 8 Houlsby adapters (bottleneck 64)
+- one:      the same batch through one adapter (activate)
+- bare:     the same batch through the untouched base (encoder only)
+- naive:    the mixed batch the naive way: group rows by adapter, one pass per group
+- parallel: Parallel of 4 adapters in one routed pass, vs 4 separate passes (sep4)
+- fuse:     a Fuse of 3 adapters (activate), vs bare
+
+The variants run interleaved (A B C ... A B C ...), `--repeats` rounds, so a noisy neighbour
+slows them alike; the best and the median of each are printed with the ratios the routing
+issue sets targets for (mixed/one >= 0.85 and mixed/bare >= 0.75 in throughput, sep4/parallel
+>= 2, fuse/bare <= 1.5 in time).
+
+    python benchmarks/bench_routing.py [--repeats 9] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def build(n_adapters: int):
+    import torch
+
+    from hubcli.base.load import load_base
+    from hubcli.core.composition import Fuse
+    from hubcli.core.config import HoulsbyConfig
+    from hubcli.core.heads import HeadConfig
+    from hubcli.core.model import AdapterModel
+
+    base = load_base(None)
+    model = AdapterModel(base.encoder)
+    head = HeadConfig("sequence_classification", 2, ("negative", "positive"))
+    torch.manual_seed(0)
+    names = [f"ad{k}" for k in range(n_adapters)]
+    for n in names:
+        model.add_adapter(n, HoulsbyConfig(bottleneck=64, init_scale=0.05), head)
+    fuse = Fuse(*names[:3])
+    model.add_fusion(fuse, head)
+    model.eval()
+    return base, model, names, fuse
+
+
+def sentences(n: int) -> list[str]:
+    from hubcli.data import sample_dataset
+
+    train, _ = sample_dataset()
+    lines = train.read_text().splitlines()[1:]
+    return [line.split("\t")[0] for line in lines[:n]]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args()
+    import torch
+
+    from hubcli.core.composition import Parallel
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    base, model, names, fuse = build(8)
+    texts = sentences(args.batch)
+    batch = dict(base.tokenizer(texts, padding=True, truncation=True, max_length=128,
+                                return_tensors="pt"))
+    per_row = [names[i % len(names)] for i in range(len(texts))]
+    groups = {n: [i for i, m in enumerate(per_row) if m == n] for n in names}
+    four = Parallel(*names[:4])
+
+    def one():
+        model.activate(names[0])
+        model(**batch)
+
+    def bare():
+        model.deactivate()
+        model.encode(**batch)
+
+    def mixed():
+        model.forward_routed(**batch, per_row=per_row)
+
+    def naive():
+        for n, rows in groups.items():
+            model.activate(n)
+            model(**{k: v[rows] for k, v in batch.items()})
+
+    def parallel():
+        model.forward_parallel(**batch, block=four)
+
+    def sep4():
+        for n in four.children:
+            model.activate(n)
+            model(**batch)
+
+    def fused():
+        model.activate(fuse)
+        model(**batch)
+
+    variants = {"mixed": mixed, "one": one, "bare": bare, "naive": naive,
+                "parallel": parallel, "sep4": sep4, "fuse": fused}
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    with torch.inference_mode():
+        for f in variants.values():  # warm-up: stacks built, kernels chosen
+            f()
+        for _ in range(args.repeats):
+            for k, f in variants.items():
+                t0 = time.perf_counter()
+                f()
+                times[k].append(time.perf_counter() - t0)
+    best = {k: min(v) for k, v in times.items()}
+    median = {k: statistics.median(v) for k, v in times.items()}
+
+    def ratios(t: dict[str, float]) -> dict[str, float]:
+        return {"mixed_vs_one_throughput": round(t["one"] / t["mixed"], 3),
+                "mixed_vs_bare_throughput": round(t["bare"] / t["mixed"], 3),
+                "mixed_vs_naive_throughput": round(t["naive"] / t["mixed"], 3),
+                "parallel4_speedup_vs_4_passes": round(t["sep4"] / t["parallel"], 3),
+                "fuse3_time_vs_bare": round(t["fuse"] / t["bare"], 3)}
+
+    print(json.dumps({
+        "batch": len(texts), "tokens_per_row": int(batch["input_ids"].shape[1]),
+        "threads": torch.get_num_threads(), "repeats": args.repeats,
+        "best_ms": {k: round(v * 1e3, 1) for k, v in best.items()},
+        "median_ms": {k: round(v * 1e3, 1) for k, v in median.items()},
+        "ratios_best": ratios(best), "ratios_median": ratios(median)}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

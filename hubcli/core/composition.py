@@ -1,0 +1,97 @@
+"""Composition blocks as data: how several loaded adapters combine in one forward pass.
+
+    Stack("lang", "task")        task applied on lang's output at every site (MAD-X)
+    Parallel("sst2", "ner")      one pass yields every adapter's output for the same input
+    Fuse("a", "b", "c")          AdapterFusion (Pfeiffer et al. 2021): per site, attention over
+                                 the adapters' outputs with the sublayer output as query
+
+Nesting: a Stack or Fuse child may be a name, a Stack or a Fuse (`Stack("lang", Fuse("a", "b"))`);
+Parallel takes names and sits at the top (`AdapterModel.forward_parallel`). A block names its
+own head and LayerNorm deltas: a Stack uses its last child's, a Fuse has a head of its own and
+the base LayerNorms. Torch-free: blocks are plain values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+Block = Union[str, "Stack", "Parallel", "Fuse"]
+
+
+def _check(kind: str, children: tuple, allowed: tuple[type, ...]) -> None:
+    if len(children) < 2 and kind != "Stack":
+        raise ValueError(f"{kind} needs at least two adapters, got {len(children)}")
+    if not children:
+        raise ValueError(f"{kind} needs at least one adapter")
+    bad = [c for c in children if not isinstance(c, allowed)]
+    if bad:
+        raise ValueError(f"{kind} cannot contain {bad[0]!r}")
+
+
+@dataclass(frozen=True, init=False)
+class Stack:
+    children: tuple[Block, ...]
+
+    def __init__(self, *children: Block):
+        _check("Stack", children, (str, Stack, Fuse))
+        object.__setattr__(self, "children", children)
+
+    def __str__(self) -> str:
+        return f"Stack({', '.join(map(str, self.children))})"
+
+
+@dataclass(frozen=True, init=False)
+class Fuse:
+    children: tuple[Block, ...]
+
+    def __init__(self, *children: Block):
+        _check("Fuse", children, (str, Stack, Fuse))
+        object.__setattr__(self, "children", children)
+
+    @property
+    def name(self) -> str:
+        """The key of this fusion's own parameters and head (no dots: a module name)."""
+        return str(self)
+
+    def __str__(self) -> str:
+        return f"Fuse({', '.join(map(str, self.children))})"
+
+
+@dataclass(frozen=True, init=False)
+class Parallel:
+    children: tuple[str, ...]
+
+    def __init__(self, *children: str):
+        _check("Parallel", children, (str,))
+        object.__setattr__(self, "children", children)
+
+    def __str__(self) -> str:
+        return f"Parallel({', '.join(self.children)})"
+
+
+def names_in(block: Block) -> list[str]:
+    """Every adapter name a block uses (fusions excluded), in order."""
+    if isinstance(block, str):
+        return [block]
+    return [n for c in block.children for n in names_in(c)]
+
+
+def fusions_in(block: Block) -> list[Fuse]:
+    """Every Fuse inside a block, itself included."""
+    if isinstance(block, str):
+        return []
+    inner = [f for c in block.children for f in fusions_in(c)]
+    return [*inner, block] if isinstance(block, Fuse) else inner
+
+
+def owner(block: Block) -> str:
+    """Whose head and LayerNorm deltas a block uses: a name's own, a Stack's last child's,
+    a Fuse's own (its name)."""
+    if isinstance(block, str):
+        return block
+    if isinstance(block, Stack):
+        return owner(block.children[-1])
+    if isinstance(block, Fuse):
+        return block.name
+    raise ValueError(f"{block} has no single head; use AdapterModel.forward_parallel")

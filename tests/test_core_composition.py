@@ -1,0 +1,138 @@
+"""Composition blocks: Stack, Parallel and Fuse over loaded adapters, and what training them
+may touch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_core_routing import SEQ, TEXTS, _randomise, encode
+
+from hubcli.base.load import load_base
+from hubcli.core.composition import Fuse, Parallel, Stack
+from hubcli.core.config import HoulsbyConfig, LoraConfig
+from hubcli.core.heads import HeadConfig
+from hubcli.core.model import AdapterModel
+from hubcli.errors import AdapterError
+
+TAGS = HeadConfig("token_classification", 3, ("O", "B", "I"))
+
+
+@pytest.fixture()
+def base(tiny_base_dir):
+    return load_base(str(tiny_base_dir))
+
+
+@pytest.fixture()
+def model(base):
+    model = AdapterModel(base.encoder)
+    for k, (name, config, head) in enumerate([("a", HoulsbyConfig(bottleneck=8), SEQ),
+                                              ("b", HoulsbyConfig(bottleneck=4), TAGS),
+                                              ("c", LoraConfig(rank=4), SEQ)]):
+        model.add_adapter(name, config, head)
+        _randomise(model, name, seed=k)
+    model.eval()
+    return model
+
+
+def test_parallel_equals_running_each_adapter_separately(model, base):
+    batch = encode(base.tokenizer, TEXTS[:5])
+    with torch.inference_mode():
+        together = model.forward_parallel(**batch, block=Parallel("a", "b", "c"))
+        for name in ("a", "b", "c"):
+            model.activate(name)
+            alone = model(**batch)
+            assert together[name].shape == alone.shape
+            assert torch.allclose(together[name], alone, atol=1e-5, rtol=0), name
+
+
+def test_stack_applies_the_second_adapter_on_the_firsts_output(model, base):
+    site = model.adapter_sites[(0, "ffn_output")]
+    x = torch.randn(2, 3, 64)
+    with torch.no_grad():
+        y = site.base_layer(x)
+        expected = site.adapters["b"](x, site.adapters["a"](x, y))
+        model.activate(Stack("a", "b"))
+        assert torch.equal(site(x), expected)
+    assert model.active == "b"  # the top adapter's head and LayerNorm deltas
+    assert model.layernorm_sites["embeddings"].active == "b"
+
+
+def test_a_fresh_fusion_of_one_adapter_equals_that_adapter(model, base):
+    """V = identity and a softmax over a single output: the fusion passes it through."""
+    batch = encode(base.tokenizer, TEXTS[:3])
+    fused = Fuse("a", "a")
+    model.add_fusion(fused, SEQ)
+    with torch.no_grad():
+        model.activate(fused)
+        hidden = model.encode(**batch)
+        model.activate("a")
+        for site in model.layernorm_sites.values():  # a Fuse keeps the base LayerNorms
+            site.active = None
+        expected = model.encode(**batch)
+    assert torch.allclose(hidden, expected, atol=1e-5, rtol=0)
+
+
+def test_fusion_weights_adapter_outputs_by_attention_with_identity_values(model):
+    fused = Fuse("a", "b")
+    model.add_fusion(fused, SEQ)
+    site = model.adapter_sites[(1, "attention_output")]
+    fusion = site.fusions[fused.name]
+    assert torch.equal(fusion.value.weight, torch.eye(32))
+    x = torch.randn(2, 3, 32)
+    with torch.no_grad():
+        y = site.base_layer(x)
+        outs = torch.stack([site.adapters[n](x, y) for n in ("a", "b")])
+        scores = torch.stack([(fusion.query(y) * fusion.key(o)).sum(-1) for o in outs], -1)
+        w = scores.softmax(-1)
+        expected = w[..., 0:1] * outs[0] + w[..., 1:2] * outs[1]
+        model.activate(fused)
+        assert torch.allclose(site(x), expected, atol=1e-6)
+
+
+def _train(model, trained: str, block, batch, steps: int = 2) -> None:
+    params = model.trainable_parameters(trained)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for p in params:
+        p.requires_grad_(True)
+    model.train()
+    model.activate(block)
+    opt = torch.optim.AdamW(params, lr=1e-2)
+    own = {id(p) for p in params}
+    for _ in range(steps):
+        torch.nn.functional.cross_entropy(model(**batch), torch.tensor([1, 0])).backward()
+        assert all(p.grad is None for p in model.parameters() if id(p) not in own)
+        assert all(p.grad is not None for p in params)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+@pytest.mark.parametrize("what", ["adapter", "fusion", "stacked"])
+def test_training_touches_only_what_is_trained(model, base, what):
+    batch = encode(base.tokenizer, TEXTS[:2])
+    fused = Fuse("a", "b", "c")
+    model.add_fusion(fused, SEQ)
+    trained, block = {"adapter": ("c", "c"), "fusion": (fused.name, fused),
+                      "stacked": ("c", Stack("a", "c"))}[what]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trained_keys = {id(p) for p in model.trainable_parameters(trained)}
+    _train(model, trained, block, batch)
+    after = dict(model.named_parameters())
+    changed = {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
+    assert changed  # the trained part moved ...
+    assert all(id(after[k]) in trained_keys for k in changed)  # ... and nothing else did
+
+
+def test_parallel_cannot_be_activated_and_fusions_need_loaded_adapters(model, base):
+    fused = Fuse("a", "c")
+    model.add_fusion(fused, SEQ)
+    with pytest.raises(AdapterError, match="is a fusion; rows are routed to single adapters"):
+        model.forward_routed(**encode(base.tokenizer, TEXTS[:1]), per_row=[fused.name])
+    with pytest.raises(AdapterError, match="cannot be activated"):
+        model.activate(Parallel("a", "b"))
+    with pytest.raises(AdapterError, match="no adapter named 'zz'"):
+        model.add_fusion(Fuse("a", "zz"), SEQ)
+    with pytest.raises(AdapterError, match="no adapter named 'Fuse"):
+        model.activate(Fuse("a", "b"))
+    with pytest.raises(ValueError, match="at least two"):
+        Parallel("a")

@@ -1,0 +1,159 @@
+"""Per-sample routing: one pass, a different adapter per row, each row as if it ran alone."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from hubcli.base.load import load_base
+from hubcli.core.config import HoulsbyConfig
+from hubcli.core.heads import HeadConfig
+from hubcli.core.model import AdapterModel
+from hubcli.core.routing import BASE
+from hubcli.errors import AdapterError
+
+SEQ = HeadConfig("sequence_classification", 2, ("neg", "pos"))
+TEXTS = ["a gripping, beautifully acted film", "dull", "the plot never quite comes together",
+         "fine", "an utter mess from start to finish", "warm and funny", "i laughed", "meh",
+         "one of the year's best", "two hours i will not get back", "quietly moving", "why"]
+
+
+def _randomise(model: AdapterModel, name: str, seed: int) -> None:
+    """Weights far from the near-identity start, so that adapters really differ."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.named_adapter_tensors(name).values():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+
+
+def add_houlsby_set(model: AdapterModel) -> list[str]:
+    """Eight adapters that differ in width, layers, activation, LayerNorm and head."""
+    variants = [
+        (HoulsbyConfig(bottleneck=8), SEQ),
+        (HoulsbyConfig(bottleneck=4), HeadConfig("sequence_classification", 3, ("a", "b", "c"))),
+        (HoulsbyConfig(bottleneck=16, layers=(1,)), SEQ),
+        (HoulsbyConfig(bottleneck=8, non_linearity="relu"), HeadConfig("regression", 1)),
+        (HoulsbyConfig(bottleneck=8, train_layernorm=False), SEQ),
+        (HoulsbyConfig(bottleneck=2, placement=("ffn_output",)), HeadConfig(
+            "token_classification", 5, ("O", "B-PER", "I-PER", "B-LOC", "I-LOC"))),
+        (HoulsbyConfig(bottleneck=8, non_linearity="tanh"), HeadConfig("question_answering", 2)),
+        (HoulsbyConfig(bottleneck=12), HeadConfig("sequence_classification", 2, ("x", "y"),
+                                                  pooling="cls")),
+    ]
+    names = []
+    for k, (config, head) in enumerate(variants):
+        name = f"ad{k}"
+        model.add_adapter(name, config, head)
+        _randomise(model, name, seed=k)
+        names.append(name)
+    return names
+
+
+@pytest.fixture()
+def base(tiny_base_dir):
+    return load_base(str(tiny_base_dir))
+
+
+@pytest.fixture()
+def model(base):
+    model = AdapterModel(base.encoder)
+    model.eval()
+    return model
+
+
+def encode(tokenizer, texts):
+    return dict(tokenizer(texts, padding=True, return_tensors="pt"))
+
+
+def alone(model, tokenizer, text, name):
+    """Row `text` on its own (no padding), through the ordinary activate() path."""
+    batch = encode(tokenizer, [text])
+    if name == BASE:
+        model.deactivate()
+        return model.encode(**batch)[0]
+    model.activate(name)
+    return model(**batch)[0]
+
+
+def test_mixed_batch_of_eight_adapters_matches_each_row_alone(model, base):
+    names = add_houlsby_set(model)
+    per_row = [*names, BASE, names[3], BASE, names[0]]
+    batch = encode(base.tokenizer, TEXTS)
+    with torch.inference_mode():
+        hidden, logits = model.forward_routed(batch["input_ids"], batch["attention_mask"],
+                                              batch["token_type_ids"], per_row)
+        for i, (text, name) in enumerate(zip(TEXTS, per_row)):
+            expected = alone(model, base.tokenizer, text, name)
+            got = hidden[i] if name == BASE else logits[i]
+            n = int(batch["attention_mask"][i].sum())
+            if got.dim() == 2:  # token-level outputs: compare the real tokens
+                got, expected = got[:n], expected[:n]
+            assert got.shape == expected.shape, name
+            assert torch.allclose(got, expected, atol=1e-5, rtol=0), (i, name)
+    assert logits[8] is None and logits[10] is None
+
+
+def test_base_rows_and_nothing_active_are_bit_identical_to_the_untouched_base(model, base):
+    untouched = copy.deepcopy(base.encoder)
+    names = add_houlsby_set(model)
+    batch = encode(base.tokenizer, TEXTS[:4])
+    with torch.inference_mode():
+        reference = untouched(**batch).last_hidden_state
+        model.deactivate()
+        assert torch.equal(model.encode(**batch), reference)
+        hidden, _ = model.forward_routed(batch["input_ids"], batch["attention_mask"],
+                                         batch["token_type_ids"], [names[0], BASE, names[5], None])
+        assert torch.equal(hidden[1], reference[1]) and torch.equal(hidden[3], reference[3])
+        assert not torch.allclose(hidden[0], reference[0], atol=1e-3)
+        everything_base, _ = model.forward_routed(batch["input_ids"], batch["attention_mask"],
+                                                  batch["token_type_ids"], [BASE] * 4)
+        assert torch.equal(everything_base, reference)
+
+
+def test_route_ends_with_the_block_and_stacks_follow_weight_changes(model, base):
+    names = add_houlsby_set(model)
+    batch = encode(base.tokenizer, TEXTS[:2])
+    with torch.no_grad():
+        first = model.forward_routed(**batch, per_row=[names[0], names[1]])[1][0]
+        _randomise(model, names[0], seed=99)  # the cached stacks must notice
+        second = model.forward_routed(**batch, per_row=[names[0], names[1]])[1][0]
+        model.activate(names[0])
+        expected = model(**encode(base.tokenizer, TEXTS[:1]))[0]
+    assert not torch.allclose(first, second)
+    assert torch.allclose(second, expected, atol=1e-5, rtol=0)
+    assert all(site.route is None for site in model.adapter_sites.values())
+
+
+def test_routing_to_an_unknown_adapter_is_refused(model, base):
+    add_houlsby_set(model)
+    batch = encode(base.tokenizer, TEXTS[:2])
+    with pytest.raises(AdapterError, match="no adapter named 'nope'"):
+        model.forward_routed(**batch, per_row=["ad0", "nope"])
+
+
+def test_mixed_batch_of_both_methods_matches_each_row_alone(model, base):
+    from hubcli.core.config import LoraConfig
+
+    houlsby = add_houlsby_set(model)[:4]
+    lora = []
+    for k, config in enumerate([LoraConfig(rank=8), LoraConfig(rank=4, alpha=4),
+                                LoraConfig(rank=2, placement=("value",)),
+                                LoraConfig(rank=8, layers=(0,))]):
+        name = f"lora{k}"
+        model.add_adapter(name, config, SEQ)
+        _randomise(model, name, seed=10 + k)
+        lora.append(name)
+    per_row = [houlsby[0], lora[0], BASE, lora[1], houlsby[1], lora[2], houlsby[2], lora[3],
+               houlsby[3], BASE, lora[0], houlsby[0]]
+    batch = encode(base.tokenizer, TEXTS)
+    with torch.inference_mode():
+        hidden, logits = model.forward_routed(**batch, per_row=per_row)
+        for i, (text, name) in enumerate(zip(TEXTS, per_row)):
+            expected = alone(model, base.tokenizer, text, name)
+            got = hidden[i] if name == BASE else logits[i]
+            n = int(batch["attention_mask"][i].sum())
+            if got.dim() == 2:
+                got, expected = got[:n], expected[:n]
+            assert torch.allclose(got, expected, atol=1e-5, rtol=0), (i, name)
