@@ -9,7 +9,7 @@ import pytest
 import torch
 from factories import LORA, make_adapter_dir
 
-from hubcli import manifest as manifest_io
+from hubcli.format import manifest as manifest_io
 from hubcli.local.attach import attach
 from hubcli.bundle import check_bundle, make_bundle
 from hubcli.base.load import load_base
