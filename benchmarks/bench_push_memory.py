@@ -119,7 +119,7 @@ def measure_memory(server: subprocess.Popen, url: str, token: str) -> None:
 def measure_commits(url: str, token: str, tmp: Path, runs: int) -> None:
     from factories import make_signed_bundle
 
-    from hubcli import remote as remote_api
+    from hubcli.remote import client as remote_api
     from hubcli.signing.sign import create_signing_key
 
     create_signing_key(name="bench")
