@@ -60,6 +60,10 @@ def test_sign_in_never_redirects_off_site(app, target):
     form = {"csrf_token": csrf_token(text(client.get("/login"))), "name": "alice",
             "password": PASSWORD, "next": target}
     r = client.post("/login", data=form)
+    if "\x00" in target:
+        # A NUL byte in any field is refused at the edge (both databases alike), before sign-in.
+        assert r.status_code == 400 and "Location" not in r.headers and "next" in text(r)
+        return
     assert r.status_code == 302 and r.headers["Location"] == "/"
     # The same target in the query string: the form repeats the normalised one.
     page = client.get("/login", query_string={"next": target})
