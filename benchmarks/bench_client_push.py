@@ -28,7 +28,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-BIN = Path(sys.executable).parent
 
 
 def free_port() -> int:
@@ -37,16 +36,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve(instance: Path) -> tuple[subprocess.Popen, str, str]:
-    env = {**os.environ, "HUB_REGISTRY_INSTANCE_PATH": str(instance)}
-    out = subprocess.run([BIN / "hub-registry", "create-user", "bench"], env=env, check=True,
+def serve(instance: Path, code: Path | None = None,
+          env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str, str]:
+    """A registry on a free port of 127.0.0.1 with user `bench`: (process, URL, token).
+
+    `code` runs another checkout's registry (it goes first on PYTHONPATH); `env` adds settings.
+    """
+    env = {**os.environ, "HUB_REGISTRY_INSTANCE_PATH": str(instance), **(env or {})}
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
+    cli = [sys.executable, "-c", "from registry_server.cli import main; main()"]
+    out = subprocess.run([*cli, "create-user", "bench"], env=env, check=True, cwd=code,
                          capture_output=True, text=True).stdout
     token = re.search(r"(hubr_\S+)", out)[1]
     port = free_port()
-    server = subprocess.Popen([BIN / "hub-registry", "serve", "--port", str(port)], env=env,
+    server = subprocess.Popen([*cli, "serve", "--port", str(port)], env=env, cwd=code,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
+    for _ in range(200):
         try:
             urllib.request.urlopen(f"{url}/api/v1/health", timeout=1)
             return server, url, token

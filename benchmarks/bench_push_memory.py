@@ -22,17 +22,17 @@ import base64
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import requests
+
+import bench_client_push
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
@@ -41,31 +41,11 @@ PIECE = 3 * (1 << 18)  # bytes encoded per piece: a multiple of 3, so pieces joi
 HEADER = json.dumps({"key": "header", "value": {"summary": "bench"}}).encode() + b"\n"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def serve(instance: Path, code: Path) -> tuple[subprocess.Popen, str, str]:
-    env = {**os.environ, "HUB_REGISTRY_INSTANCE_PATH": str(instance), "PYTHONPATH": str(code),
-           "HUB_REGISTRY_MAX_FILE_SIZE": str(300 * MiB),
-           "HUB_REGISTRY_MAX_BUNDLE_SIZE": str(600 * MiB)}
-    cli = [sys.executable, "-c", "from registry_server.cli import main; main()"]
-    out = subprocess.run([*cli, "create-user", "bench"], env=env, check=True, cwd=code,
-                         capture_output=True, text=True).stdout
-    token = re.search(r"(hubr_\S+)", out)[1]
-    port = free_port()
-    server = subprocess.Popen([*cli, "serve", "--port", str(port)], env=env, cwd=code,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(f"{url}/api/v1/health", timeout=1)
-            return server, url, token
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("the registry did not start")
+    """The registry of checkout `code`, with limits above the pushes this script makes."""
+    return bench_client_push.serve(instance, code, {
+        "HUB_REGISTRY_MAX_FILE_SIZE": str(300 * MiB),
+        "HUB_REGISTRY_MAX_BUNDLE_SIZE": str(600 * MiB)})
 
 
 def memory_mib(pid: int, field: str) -> float:

@@ -37,6 +37,21 @@ def tiny_base_dir(tmp_path_factory):
     return path
 
 
+
+@pytest.fixture()
+def base(tiny_base_dir):
+    """The tiny BERT loaded as a frozen base (encoder, tokenizer, content hash)."""
+    from hubcli.base.load import load_base
+
+    return load_base(str(tiny_base_dir))
+
+
+@pytest.fixture()
+def batch(base):
+    """Two sentences of different lengths, tokenised and padded for `base`."""
+    return dict(base.tokenizer(["a gripping, beautifully acted film", "dull"], padding=True,
+                               return_tensors="pt"))
+
 @pytest.fixture(scope="session")
 def tokenizer():
     """The packaged MiniLM tokenizer (uncased BERT WordPiece), loaded once: local and fast."""

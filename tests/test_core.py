@@ -17,17 +17,6 @@ from hubcli.errors import AdapterError, UnsupportedModelError
 HEAD = HeadConfig("sequence_classification", 2, ("neg", "pos"))
 
 
-@pytest.fixture()
-def base(tiny_base_dir):
-    return load_base(str(tiny_base_dir))
-
-
-@pytest.fixture()
-def batch(base):
-    return dict(base.tokenizer(["a gripping, beautifully acted film", "dull"], padding=True,
-                               return_tensors="pt"))
-
-
 def hidden(encoder, batch):
     with torch.no_grad():
         return encoder(**batch).last_hidden_state

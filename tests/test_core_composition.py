@@ -7,7 +7,6 @@ import pytest
 import torch
 from test_core_routing import SEQ, TEXTS, _randomise, encode
 
-from hubcli.base.load import load_base
 from hubcli.core.composition import Fuse, Parallel, Stack
 from hubcli.core.config import HoulsbyConfig, LoraConfig
 from hubcli.core.heads import HeadConfig
@@ -15,11 +14,6 @@ from hubcli.core.model import AdapterModel
 from hubcli.errors import AdapterError
 
 TAGS = HeadConfig("token_classification", 3, ("O", "B", "I"))
-
-
-@pytest.fixture()
-def base(tiny_base_dir):
-    return load_base(str(tiny_base_dir))
 
 
 @pytest.fixture()

@@ -23,17 +23,6 @@ HEAD = HeadConfig("sequence_classification", 2, ("neg", "pos"))
 OLD = Path(__file__).parent / "data" / "houlsby-v1"
 
 
-@pytest.fixture()
-def base(tiny_base_dir):
-    return load_base(str(tiny_base_dir))
-
-
-@pytest.fixture()
-def batch(base):
-    return dict(base.tokenizer(["a gripping, beautifully acted film", "dull"], padding=True,
-                               return_tensors="pt"))
-
-
 def test_a_fresh_lora_adapter_changes_nothing(base, batch):
     model = AdapterModel(base.encoder)
     with torch.no_grad():

@@ -7,7 +7,6 @@ import copy
 import pytest
 import torch
 
-from hubcli.base.load import load_base
 from hubcli.core.config import HoulsbyConfig
 from hubcli.core.heads import HeadConfig
 from hubcli.core.model import AdapterModel
@@ -49,11 +48,6 @@ def add_houlsby_set(model: AdapterModel) -> list[str]:
         _randomise(model, name, seed=k)
         names.append(name)
     return names
-
-
-@pytest.fixture()
-def base(tiny_base_dir):
-    return load_base(str(tiny_base_dir))
 
 
 @pytest.fixture()
