@@ -15,10 +15,12 @@ from conftest import (HEADER, bundle_ops, new_signing_key, pg_schema_url, post_c
                       signed_bundle, start_registry)
 from sqlalchemy import select
 
-from registry_server.backup import archive
+from registry_server import migrate
+from registry_server.backup import archive, create, restore
 from registry_server.cli import cli
-from registry_server.db import db
+from registry_server.db import db, make_engine
 from registry_server.services import accounts
+from registry_server.storage import make_storage
 
 
 def hub_registry(config: dict, *args: str):
@@ -220,3 +222,20 @@ def test_a_file_that_is_no_backup_is_refused(target, tmp_path):
     error, hint = refused(hub_registry(target, "restore", str(junk)))
     assert error.startswith(f"error: cannot read {junk}: ")
     assert hint == "hint: pass a file written by `hub-registry backup`"
+
+
+def test_blobs_go_through_s3_both_ways(backup, bucket, s3_endpoint, tmp_path):
+    """Restore into an S3-backed deployment, back that up again: the same blobs, same bytes."""
+    storage = make_storage(f"s3://{bucket}/registry", s3_endpoint_url=s3_endpoint)
+    engine = make_engine(f"sqlite:///{tmp_path / 's3.db'}")
+    migrate.upgrade(engine)
+    restore.restore(engine, storage, backup)
+    again = create.write_backup(engine, storage, tmp_path / "again.tar")
+    assert again.blobs == 4
+    assert blob_members(tmp_path / "again.tar") == blob_members(backup)
+
+
+def blob_members(path) -> dict[str, bytes]:
+    with tarfile.open(path) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers()
+                if m.name.startswith("blobs/")}
