@@ -5,6 +5,8 @@
     hub-registry set-password alice           # for signing in to the web UI
     hub-registry create-org acme --member alice
     gunicorn -w 4 'registry_server:create_app()'   # at scale, after `hub-registry migrate`
+    hub-registry backup registry.tar           # database + blobs, one consistent snapshot
+    hub-registry restore registry.tar          # into an empty, migrated deployment
 
 Settings come from the instance folder ($HUB_REGISTRY_INSTANCE_PATH) and HUB_REGISTRY_*
 variables (see registry_server/config.py).
