@@ -12,13 +12,18 @@ datetimes as ISO 8601 in UTC, bytes as base64; JSON columns stay JSON; the rest 
 from __future__ import annotations
 
 import base64
+import re
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, DateTime, LargeBinary, Row, Table
+from sqlalchemy import Column, DateTime, Engine, LargeBinary, Row, Table
 
 import registry_server.ui.models  # noqa: F401  (the web UI's tables join the shared metadata)
+from hubcli.errors import BackupError
+from registry_server import migrate
 from registry_server.models import Base, as_utc
 
 FORMAT = 1
@@ -29,6 +34,10 @@ BLOBS = "blobs"
 # deleted, so `gc` cannot remove their blobs; `lfs_uploads` may name blobs of uploads that were
 # never committed, which `gc` removes after its grace period.
 BLOB_COLUMNS = (("blobs", "sha256", "size"), ("lfs_uploads", "oid", "size"))
+SHA256 = re.compile(r"[0-9a-f]{64}")
+PROGRESS_SECONDS = 1.0
+
+Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,34 @@ class Summary:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def schema_revision(engine: Engine) -> str:
+    """The database's schema revision, which must be the code's (the tables are read and
+    written through the code's models).
+
+    Raises:
+        BackupError: the database is not at the code's revision.
+    """
+    database, code = migrate.current(engine), migrate.head()
+    if database != code:
+        raise BackupError(f"the database is at schema revision {database or '(none)'}, not "
+                          f"{code}", hint="run `hub-registry migrate` first")
+    return code
+
+
+def counter(progress: Progress, what: str, total: int) -> Callable[[int], None]:
+    """A function of the count done that reports `what: done/total` at most once a second,
+    and at the end."""
+    last = time.monotonic()
+
+    def done(n: int) -> None:
+        nonlocal last
+        if time.monotonic() - last >= PROGRESS_SECONDS or n == total:
+            progress(f"{what}: {n}/{total}")
+            last = time.monotonic()
+
+    return done
 
 
 def tables() -> list[Table]:

@@ -16,7 +16,7 @@ import json
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,12 +26,9 @@ from sqlalchemy import Connection, Engine, select
 
 from hubcli.errors import BackupError
 from hubcli.fsutil import atomic_writer
-from registry_server import migrate
 from registry_server.backup import archive
+from registry_server.backup.archive import Progress
 from registry_server.storage import BlobStorage
-
-Progress = Callable[[str], None]
-PROGRESS_SECONDS = 1.0
 
 
 def write_backup(engine: Engine, storage: BlobStorage, out: Path, *,
@@ -40,14 +37,21 @@ def write_backup(engine: Engine, storage: BlobStorage, out: Path, *,
     (atomically: a failure leaves no file, or the previous one, behind).
 
     Raises:
-        BackupError: the database has no schema, or a blob named by a `blobs` row is missing
-            from storage.
+        BackupError: the database is not at the code's schema revision, a blob named by a
+            `blobs` row is missing from storage, or `out` cannot be written.
     """
     progress = progress or (lambda _message: None)
-    revision = migrate.current(engine)
-    if revision is None:
-        raise BackupError(f"the database {engine.url.render_as_string()} has no registry schema",
-                          hint="point HUB_REGISTRY_DATABASE_URL at the registry's database")
+    revision = archive.schema_revision(engine)
+    try:
+        return _write(engine, storage, out, revision, progress)
+    except OSError as e:
+        raise BackupError(f"backup to {out} failed: {e.strerror or e}", path=str(out),
+                          hint="write it to a folder with room for it, and check that the "
+                               "blob storage is readable") from None
+
+
+def _write(engine: Engine, storage: BlobStorage, out: Path, revision: str,
+           progress: Progress) -> archive.Summary:
     with atomic_writer(out) as f, tarfile.open(fileobj=f, mode="w") as tar:
         with _snapshot(engine) as connection:
             counts, named = _dump_tables(connection, tar, progress)
@@ -108,7 +112,7 @@ def _copy_blobs(storage: BlobStorage, named: dict[str, dict[str, int]], tar: tar
     """
     wanted = {sha: size for rows in named.values() for sha, size in rows.items()}
     added: dict[str, int] = {}
-    last = time.monotonic()
+    done = archive.counter(progress, "blobs", len(wanted))
     with tempfile.TemporaryDirectory(prefix="hub-backup-") as scratch:
         for i, (sha, size) in enumerate(sorted(wanted.items()), 1):
             local = Path(scratch) / sha
@@ -119,14 +123,13 @@ def _copy_blobs(storage: BlobStorage, named: dict[str, dict[str, int]], tar: tar
                     raise BackupError(f"blob {sha} is in the database but missing from storage",
                                       hint="the storage lost it; put it back from another copy "
                                            "of the file before backing up") from None
-                continue  # an uncommitted LFS upload `gc` removed meanwhile
-            with open(local, "rb") as f:
-                _add_file(tar, archive.blob_member(sha), f)
-            local.unlink()
-            added[sha] = size
-            if time.monotonic() - last >= PROGRESS_SECONDS or i == len(wanted):
-                progress(f"blobs: {i}/{len(wanted)}")
-                last = time.monotonic()
+                # Else an uncommitted LFS upload that `gc` removed meanwhile: left out.
+            else:
+                with open(local, "rb") as f:
+                    _add_file(tar, archive.blob_member(sha), f)
+                local.unlink()
+                added[sha] = size
+            done(i)
     return added
 
 

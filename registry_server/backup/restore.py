@@ -9,7 +9,7 @@ import hashlib
 import json
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -17,11 +17,10 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Table, func, select, text
 
 from hubcli.errors import BackupError
-from registry_server import migrate
 from registry_server.backup import archive
+from registry_server.backup.archive import Progress
 from registry_server.storage import CHUNK, BlobStorage
 
-Progress = Callable[[str], None]
 BATCH = 1000
 DAMAGED = "the archive is damaged; restore from another copy of it"
 
@@ -71,25 +70,30 @@ def _manifest(tar: tarfile.TarFile, path: Path) -> dict[str, Any]:
         raise BackupError(f"{path} has no readable {archive.MANIFEST}: not a registry backup",
                           path=str(path), hint="pass a file written by `hub-registry backup`"
                           ) from None
-    if manifest.get("format") != archive.FORMAT:
-        raise BackupError(f"{path} is in backup format {manifest.get('format')!r}; this "
-                          f"hub-registry reads format {archive.FORMAT}", path=str(path),
+    if not isinstance(manifest, dict) or manifest.get("format") != archive.FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise BackupError(f"{path} is in backup format {found!r}; this hub-registry reads "
+                          f"format {archive.FORMAT}", path=str(path),
                           hint="restore it with the hub-registry release that wrote it")
+    blobs = manifest.get("blobs")
+    if not (isinstance(manifest.get("revision"), str) and isinstance(manifest.get("tables"), dict)
+            and isinstance(blobs, dict)
+            and all(archive.SHA256.fullmatch(sha) and type(size) is int
+                    for sha, size in blobs.items())):
+        raise BackupError(f"{path}: {archive.MANIFEST} lacks a revision, the row counts or "
+                          "the blob list, or names a blob by something other than its SHA-256",
+                          path=str(path), hint=DAMAGED)
     return manifest
 
 
 def _check_revision(engine: Engine, revision: str, path: Path) -> None:
-    code = migrate.head()
+    code = archive.schema_revision(engine)
     if revision != code:
         raise BackupError(
             f"{path} holds schema revision {revision}; this hub-registry is at {code}",
             path=str(path),
             hint="restore it with the hub-registry release that wrote it, run `hub-registry "
                  "migrate` with this release, and back it up again")
-    database = migrate.current(engine)
-    if database != code:
-        raise BackupError(f"the database is at schema revision {database or '(none)'}, "
-                          f"not {code}", hint="run `hub-registry migrate` first")
 
 
 def _refuse_data(engine: Engine) -> None:
@@ -105,14 +109,24 @@ def _refuse_data(engine: Engine) -> None:
 
 def _put_blobs(tar: tarfile.TarFile, storage: BlobStorage, blobs: dict[str, int], path: Path,
                progress: Progress) -> int:
-    """Check each blob's digest and size and store it; returns the bytes stored."""
+    """Check each blob's digest and size and store it; returns the bytes stored.
+
+    Raises:
+        BackupError: a blob is missing or damaged, or the storage refused it.
+    """
+    done = archive.counter(progress, "blobs", len(blobs))
     with tempfile.TemporaryDirectory(prefix="hub-restore-") as scratch:
         for i, (sha, size) in enumerate(sorted(blobs.items()), 1):
             local = Path(scratch) / sha
             _extract_checked(tar, sha, size, local, path)
-            storage.put(sha, local)
+            try:
+                storage.put(sha, local)
+            except OSError as e:
+                raise BackupError(f"cannot store blob {sha}: {e.strerror or e}",
+                                  hint="check the storage's space and permissions, then run "
+                                       "the restore again") from None
             local.unlink()
-            progress(f"blobs: {i}/{len(blobs)}")
+            done(i)
     return sum(blobs.values())
 
 

@@ -167,8 +167,8 @@ def rewrite(path, change) -> None:
 
 def refused(result) -> tuple[str, str]:
     assert result.exit_code == 1, result.output
-    lines = result.stderr.splitlines()
-    assert lines[0].startswith("error: ") and lines[1].startswith("hint: ")
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("table ")]
+    assert lines[0].startswith("error: ") and lines[1].startswith("hint: "), result.stderr
     return lines[0], lines[1]
 
 
@@ -222,6 +222,30 @@ def test_a_file_that_is_no_backup_is_refused(target, tmp_path):
     error, hint = refused(hub_registry(target, "restore", str(junk)))
     assert error.startswith(f"error: cannot read {junk}: ")
     assert hint == "hint: pass a file written by `hub-registry backup`"
+
+
+def test_a_manifest_naming_a_path_instead_of_a_digest_is_refused(backup, target, tmp_path):
+    def escaping(name, data):
+        if name != archive.MANIFEST:
+            return data
+        return json.dumps({**json.loads(data), "blobs": {"../../escaped": 3}}).encode()
+
+    rewrite(backup, escaping)
+    error, hint = refused(hub_registry(target, "restore", str(backup)))
+    assert error.startswith(f"error: {backup}: backup.json lacks a revision")
+    assert not list(tmp_path.rglob("escaped"))
+
+
+def test_a_failed_backup_names_the_missing_blob_and_leaves_no_file(registry, registry_config,
+                                                                   signing_key, tmp_path):
+    token = registry.user("alice", key=signing_key)
+    publish(registry, token, signed_bundle(tmp_path / "b", signing_key), "alice/sst2")
+    lost = sorted((tmp_path / "instance" / "blobs").glob("??/??/*"))[0]
+    lost.unlink()
+    out = tmp_path / "out" / "registry.tar"
+    error, hint = refused(hub_registry(registry_config, "backup", str(out)))
+    assert error == f"error: blob {lost.name} is in the database but missing from storage"
+    assert list((tmp_path / "out").iterdir()) == []
 
 
 def test_blobs_go_through_s3_both_ways(backup, bucket, s3_endpoint, tmp_path):
