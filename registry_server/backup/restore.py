@@ -37,17 +37,21 @@ def restore(engine: Engine, storage: BlobStorage, path: Path, *, force: bool = F
     """
     progress = progress or (lambda _message: None)
     with _open(path) as tar:
-        manifest = _manifest(tar, path)
-        _check_revision(engine, manifest["revision"], path)
-        if not force:
-            _refuse_data(engine)
-        blob_bytes = _put_blobs(tar, storage, manifest["blobs"], path, progress)
-        with engine.begin() as connection:
-            if force:
-                _clear(connection)
-            counts = _load_tables(connection, tar, manifest, path, progress)
-            if engine.dialect.name == "postgresql":
-                _reset_sequences(connection)
+        try:
+            manifest = _manifest(tar, path)
+            _check_revision(engine, manifest["revision"], path)
+            if not force:
+                _refuse_data(engine)
+            blob_bytes = _put_blobs(tar, storage, manifest["blobs"], path, progress)
+            with engine.begin() as connection:
+                if force:
+                    _clear(connection)
+                counts = _load_tables(connection, tar, manifest, path, progress)
+                if engine.dialect.name == "postgresql":
+                    _reset_sequences(connection)
+        except (tarfile.TarError, EOFError) as e:  # a truncated archive, found while reading
+            raise BackupError(f"{path} is truncated or damaged: {e}", path=str(path),
+                              hint=DAMAGED) from None
     return archive.Summary(str(path), manifest["revision"], counts, len(manifest["blobs"]),
                            blob_bytes)
 

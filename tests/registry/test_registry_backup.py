@@ -166,7 +166,8 @@ def rewrite(path, change) -> None:
 
 
 def refused(result) -> tuple[str, str]:
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 1, (result.output, result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     lines = [line for line in result.stderr.splitlines() if not line.startswith("table ")]
     assert lines[0].startswith("error: ") and lines[1].startswith("hint: "), result.stderr
     return lines[0], lines[1]
@@ -196,6 +197,19 @@ def test_a_damaged_blob_is_named_and_nothing_is_written(backup, target):
     error, hint = refused(hub_registry(target, "restore", str(backup)))
     sha = victim.removeprefix("blobs/")
     assert error.startswith(f"error: {backup}: blob {sha} is damaged (")
+    assert hint == "hint: the archive is damaged; restore from another copy of it"
+    copy, stop = start_registry(target)
+    try:
+        assert all(not rows for rows in all_rows(copy.app).values())
+    finally:
+        stop()
+
+
+def test_a_truncated_archive_is_refused_and_nothing_is_written(backup, target):
+    data = backup.read_bytes()
+    backup.write_bytes(data[:len(data) // 2])
+    error, hint = refused(hub_registry(target, "restore", str(backup)))
+    assert error == f"error: {backup} is truncated or damaged: unexpected end of data"
     assert hint == "hint: the archive is damaged; restore from another copy of it"
     copy, stop = start_registry(target)
     try:
