@@ -13,12 +13,13 @@ import requests
 from click.testing import CliRunner
 from conftest import (HEADER, bundle_ops, new_signing_key, pg_schema_url, post_commit,
                       signed_bundle, start_registry)
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from registry_server import migrate
 from registry_server.backup import archive, create, restore
 from registry_server.cli import cli
 from registry_server.db import db, make_engine
+from registry_server.models import Namespace, User
 from registry_server.services import accounts
 from registry_server.storage import make_storage
 
@@ -141,6 +142,18 @@ def test_round_trip_keeps_every_row_and_byte(registry, registry_config, catalogu
             assert accounts.get_user(session, "carol").id == 3
     finally:
         stop()
+
+
+def test_the_tables_are_read_in_one_snapshot(registry):
+    """A user created while the backup reads is in no table of it, not in some."""
+    with create._snapshot(db.engine(registry.app)) as connection:
+        users = select(func.count()).select_from(User)
+        assert connection.scalar(users) == 0
+        registry.user("late")
+        assert connection.scalar(users) == 0
+        assert connection.scalar(select(func.count()).select_from(Namespace)) == 0
+    with registry.session() as session:
+        assert session.scalar(users) == 1
 
 
 @pytest.fixture
