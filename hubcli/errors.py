@@ -145,3 +145,12 @@ class NotFoundError(RegistryError):
 
 class ConflictError(RegistryError):
     """The version exists already with other content."""
+
+
+class BackupError(HubError):
+    """A registry backup cannot be written, or an archive cannot be restored (damaged, from
+    another schema revision, or aimed at a deployment that holds data)."""
+
+    def __init__(self, message: str, *, path: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.path = path

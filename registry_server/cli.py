@@ -5,6 +5,8 @@
     hub-registry set-password alice           # for signing in to the web UI
     hub-registry create-org acme --member alice
     gunicorn -w 4 'registry_server:create_app()'   # at scale, after `hub-registry migrate`
+    hub-registry backup registry.tar           # database + blobs, one consistent snapshot
+    hub-registry restore registry.tar          # into an empty, migrated deployment
 
 Settings come from the instance folder ($HUB_REGISTRY_INSTANCE_PATH) and HUB_REGISTRY_*
 variables (see registry_server/config.py).
@@ -12,6 +14,7 @@ variables (see registry_server/config.py).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -19,6 +22,7 @@ from flask import Flask
 
 from hubcli.reporting import ReportingGroup
 from registry_server import create_app
+from registry_server.backup.archive import Summary
 from registry_server.db import db
 from registry_server.services import accounts, maintenance
 
@@ -152,6 +156,49 @@ def gc(grace_hours: float, dry_run: bool) -> None:
                                               grace_hours=grace_hours, dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
     click.echo(f"{verb} {len(removed)} unreferenced blobs")
+
+
+@cli.command()
+@click.argument("archive", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
+def backup(archive: Path, as_json: bool) -> None:
+    """Write the database and every blob it names to the tar file ARCHIVE, as one consistent
+    snapshot (safe while the registry serves). Progress goes to stderr."""
+    from registry_server.backup import create
+    from registry_server.blobhttp import get_storage
+
+    app = _app()
+    summary = create.write_backup(db.engine(app), get_storage(app), archive, progress=_progress)
+    _print_summary(summary, as_json, "backed up")
+
+
+@cli.command()
+@click.argument("archive", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Replace what the deployment holds.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
+def restore(archive: Path, force: bool, as_json: bool) -> None:
+    """Put a backup into this deployment, which must be migrated and empty (stop the server
+    first). Every blob is checked against its digest before any row is written."""
+    from registry_server.backup import restore as restoring
+    from registry_server.blobhttp import get_storage
+
+    app = _app()
+    summary = restoring.restore(db.engine(app), get_storage(app), archive, force=force,
+                                progress=_progress)
+    _print_summary(summary, as_json, "restored")
+
+
+def _progress(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def _print_summary(summary: Summary, as_json: bool, verb: str) -> None:
+    if as_json:
+        click.echo(json.dumps(summary.as_dict(), indent=2))
+        return
+    click.echo(f"{verb} {sum(summary.tables.values())} rows and {summary.blobs} blobs "
+               f"({summary.blob_bytes} bytes) at schema revision {summary.revision}: "
+               f"{summary.archive}")
 
 
 def main() -> None:

@@ -39,11 +39,20 @@ def upgrade(engine: Engine, *, lock_file: Path | None = None) -> None:
         command.upgrade(cfg, "head")
 
 
+def head() -> str:
+    """The newest revision the code knows."""
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def current(engine: Engine) -> str | None:
+    """The database's revision (None: no schema yet)."""
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
 def pending(engine: Engine) -> bool:
     """Whether the database is behind the newest revision."""
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    with engine.connect() as connection:
-        return MigrationContext.configure(connection).get_current_revision() != head
+    return current(engine) != head()
 
 
 @contextmanager
