@@ -4,16 +4,10 @@ and B-X only where it directly follows another X entity. Other columns and blank
     python benchmarks/conll_to_iob1.py IN.conll OUT.conll
 """
 import sys
+from pathlib import Path
 
-
-def to_iob1(tags: list[str]) -> list[str]:
-    out, previous = [], "O"
-    for tag in tags:
-        if tag.startswith("B-") and previous[2:] != tag[2:]:
-            tag = "I-" + tag[2:]  # no X entity right before it: IOB1 opens with I-
-        out.append(tag)
-        previous = tag
-    return out
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hubcli.tasks.conll import to_iob1  # noqa: E402
 
 
 def main(src: str, dst: str) -> None:

@@ -92,7 +92,8 @@ def test_encode_labels_first_sub_token_only(tokenizer, tag):
     assert tokenizer.convert_ids_to_tokens(feature["input_ids"]) == [
         "[CLS]", "johan", "##son", "visited", "reykjavik", "[SEP]"]
     assert feature["word_ids"] == [None, 0, None, 1, 2, None]
-    assert feature["labels"] == [IGNORE_INDEX, 2, IGNORE_INDEX, 0, 1, IGNORE_INDEX]
+    # Learnt in IOB1: entity-initial B-PER and B-LOC become I-PER (4) and I-LOC (3).
+    assert feature["labels"] == [IGNORE_INDEX, 4, IGNORE_INDEX, 0, 3, IGNORE_INDEX]
 
 
 def test_long_sentence_is_split_into_windows_labelling_each_word_once(tokenizer, tag):
@@ -102,7 +103,7 @@ def test_long_sentence_is_split_into_windows_labelling_each_word_once(tokenizer,
     features = tag.encode([sentence], tokenizer, LABELS, 6)
     assert [f["word_ids"] for f in features] == [[None, 0, None, 1, 2, None],
                                                  [None, 3, 4, 5, None]]
-    assert [f["labels"] for f in features] == [[-100, 2, -100, 0, 1, -100], [-100, 0, 0, 2, -100]]
+    assert [f["labels"] for f in features] == [[-100, 4, -100, 0, 3, -100], [-100, 0, 0, 4, -100]]
     decoded = tag.decode([one_hot(f["labels"]) for f in features], features, [sentence], LABELS)
     assert decoded[0]["tags"] == tags
 
@@ -150,7 +151,7 @@ def test_collate_and_loss(tokenizer, tag):
     sentences = [TaggedSentence.from_words(["Oslo"], ["B-LOC"], "x", 1),
                  TaggedSentence.from_words(["Anna", "lives"], ["B-PER", "O"], "x", 3)]
     batch = tag.collate(tag.encode(sentences, tokenizer, LABELS, 16))
-    assert batch["labels"].tolist() == [[-100, 1, -100, -100], [-100, 2, 0, -100]]
+    assert batch["labels"].tolist() == [[-100, 3, -100, -100], [-100, 4, 0, -100]]  # IOB1 ids
     perfect = torch.tensor(np.stack([one_hot(row) for row in batch["labels"].tolist()])) * 10
     assert tag.loss(perfect, batch).item() == pytest.approx(0.0, abs=1e-6)
     nothing = {"labels": torch.full((1, 3), IGNORE_INDEX)}
@@ -191,3 +192,14 @@ def test_loss_sums_tokens_over_a_fixed_normaliser(tokenizer, tag):
     for batch, tokens in ((shorts, 2), (longs, 10)):
         logits = torch.zeros(*batch["labels"].shape, len(LABELS))
         assert tag.loss(logits, batch).item() == pytest.approx(tokens * per_token / 6)
+
+
+def test_iob2_and_iob1_files_are_learnt_alike(tokenizer, tag):
+    words = ["Anna", "Berg", "Carl", "met", "Oslo"]
+    iob2 = TaggedSentence.from_words(words, ["B-PER", "I-PER", "B-PER", "O", "B-LOC"], "x", 1)
+    iob1 = TaggedSentence.from_words(words, ["I-PER", "I-PER", "B-PER", "O", "I-LOC"], "x", 1)
+    [a], [b] = (tag.encode([s], tokenizer, LABELS, 32) for s in (iob2, iob1))
+    assert a["labels"] == b["labels"]
+    # B- survives only where an entity directly follows one of its type (Carl after Anna Berg).
+    assert [LABELS[i] for i in a["labels"] if i != IGNORE_INDEX] == [
+        "I-PER", "I-PER", "B-PER", "O", "I-LOC"]

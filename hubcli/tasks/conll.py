@@ -1,10 +1,9 @@
 """CoNLL reader for tagging: one token per line, its tag in the last column.
 
 Blank lines end a sentence; `-DOCSTART-` lines are document breaks and end one too. Tags are
-IOB1 or IOB2 (`O`, `B-TYPE`, `I-TYPE`) and are kept as given: the model learns the file's own
-scheme. Converting IOB1 to IOB2 first made every entity-initial word a B-X to tell from I-X, a
-distinction IOB1 data rarely shows (about 6 F1 points lost on CoNLL-2003, for the peer library
-too); predictions come out as IOB2 either way (to_iob2), and entity_spans() reads both alike.
+IOB1 or IOB2 (`O`, `B-TYPE`, `I-TYPE`) and are kept as given; tagging learns them in IOB1
+(`to_iob1`, see tasks/tagging.py) and puts predictions out as IOB2 (`to_iob2`); entity_spans()
+reads both alike.
 """
 
 from __future__ import annotations
@@ -85,6 +84,19 @@ def read_conll(path: Path) -> list[TaggedSentence]:
     if not sentences:
         raise DataError("no sentences, only -DOCSTART- lines", path=str(path))
     return sentences
+
+
+def to_iob1(tags: Sequence[str]) -> list[str]:
+    """IOB1 tags from IOB2 or IOB1 ones: a `B-X` that does not directly follow an X entity
+    becomes `I-X`; IOB1 tags pass unchanged."""
+    out: list[str] = []
+    previous = "O"
+    for tag in tags:
+        if tag.startswith("B-") and previous[2:] != tag[2:]:
+            tag = "I-" + tag[2:]
+        out.append(tag)
+        previous = tag
+    return out
 
 
 def to_iob2(tags: Sequence[str]) -> list[str]:
