@@ -89,14 +89,7 @@ def read_conll(path: Path) -> list[TaggedSentence]:
 def to_iob1(tags: Sequence[str]) -> list[str]:
     """IOB1 tags from IOB2 or IOB1 ones: a `B-X` that does not directly follow an X entity
     becomes `I-X`; IOB1 tags pass unchanged."""
-    out: list[str] = []
-    previous = "O"
-    for tag in tags:
-        if tag.startswith("B-") and previous[2:] != tag[2:]:
-            tag = "I-" + tag[2:]
-        out.append(tag)
-        previous = tag
-    return out
+    return _retag_entity_starts(tags, "B", "I")
 
 
 def to_iob2(tags: Sequence[str]) -> list[str]:
@@ -105,11 +98,16 @@ def to_iob2(tags: Sequence[str]) -> list[str]:
     In IOB1 an entity starts with I-X unless it directly follows another X entity (then B-X);
     IOB2 tags pass unchanged.
     """
+    return _retag_entity_starts(tags, "I", "B")
+
+
+def _retag_entity_starts(tags: Sequence[str], old: str, new: str) -> list[str]:
+    """`old-X` tags that do not continue an X entity, rewritten as `new-X`; spans are kept."""
     out: list[str] = []
     previous = "O"
     for tag in tags:
-        if tag.startswith("I-") and previous[2:] != tag[2:]:
-            tag = "B-" + tag[2:]
+        if tag.startswith(old + "-") and previous[2:] != tag[2:]:
+            tag = new + tag[1:]
         out.append(tag)
         previous = tag
     return out

@@ -202,6 +202,15 @@ def test_a_deployment_with_data_is_refused_unless_forced(backup, target):
         stop()
 
 
+def assert_empty(target) -> None:
+    """The target deployment holds no row at all."""
+    copy, stop = start_registry(target)
+    try:
+        assert all(not rows for rows in all_rows(copy.app).values())
+    finally:
+        stop()
+
+
 def test_a_damaged_blob_is_named_and_nothing_is_written(backup, target):
     with tarfile.open(backup) as tar:
         victim = next(m.name for m in tar.getmembers() if m.name.startswith("blobs/"))
@@ -211,11 +220,7 @@ def test_a_damaged_blob_is_named_and_nothing_is_written(backup, target):
     sha = victim.removeprefix("blobs/")
     assert error.startswith(f"error: {backup}: blob {sha} is damaged (")
     assert hint == "hint: the archive is damaged; restore from another copy of it"
-    copy, stop = start_registry(target)
-    try:
-        assert all(not rows for rows in all_rows(copy.app).values())
-    finally:
-        stop()
+    assert_empty(target)
 
 
 def test_a_truncated_archive_is_refused_and_nothing_is_written(backup, target):
@@ -224,11 +229,7 @@ def test_a_truncated_archive_is_refused_and_nothing_is_written(backup, target):
     error, hint = refused(hub_registry(target, "restore", str(backup)))
     assert error == f"error: {backup} is truncated or damaged: unexpected end of data"
     assert hint == "hint: the archive is damaged; restore from another copy of it"
-    copy, stop = start_registry(target)
-    try:
-        assert all(not rows for rows in all_rows(copy.app).values())
-    finally:
-        stop()
+    assert_empty(target)
 
 
 def test_an_archive_of_another_schema_revision_is_refused(backup, target):
