@@ -19,55 +19,43 @@ from typing import Union
 Block = Union[str, "Stack", "Parallel", "Fuse"]
 
 
-def _check(kind: str, children: tuple, allowed: tuple[type, ...]) -> None:
-    if len(children) < 2 and kind != "Stack":
-        raise ValueError(f"{kind} needs at least two adapters, got {len(children)}")
-    if not children:
-        raise ValueError(f"{kind} needs at least one adapter")
-    bad = [c for c in children if not isinstance(c, allowed)]
-    if bad:
-        raise ValueError(f"{kind} cannot contain {bad[0]!r}")
-
-
 @dataclass(frozen=True, init=False)
-class Stack:
+class _Block:
+    """What every block shares: its children, checked on construction, and its spelling."""
+
     children: tuple[Block, ...]
+    min_children = 2   # a Stack of one adapter is that adapter; Parallel and Fuse need two
+    nests = True       # whether children may be Stacks and Fuses, or names only
 
     def __init__(self, *children: Block):
-        _check("Stack", children, (str, Stack, Fuse))
+        kind = type(self).__name__
+        if len(children) < self.min_children:
+            wanted = "one adapter" if self.min_children == 1 else "two adapters"
+            raise ValueError(f"{kind} needs at least {wanted}, got {len(children)}")
+        allowed = (str, Stack, Fuse) if self.nests else (str,)
+        bad = [c for c in children if not isinstance(c, allowed)]
+        if bad:
+            raise ValueError(f"{kind} cannot contain {bad[0]!r}")
         object.__setattr__(self, "children", children)
 
     def __str__(self) -> str:
-        return f"Stack({', '.join(map(str, self.children))})"
+        return f"{type(self).__name__}({', '.join(map(str, self.children))})"
 
 
-@dataclass(frozen=True, init=False)
-class Fuse:
-    children: tuple[Block, ...]
+class Stack(_Block):
+    min_children = 1
 
-    def __init__(self, *children: Block):
-        _check("Fuse", children, (str, Stack, Fuse))
-        object.__setattr__(self, "children", children)
 
+class Fuse(_Block):
     @property
     def name(self) -> str:
         """The key of this fusion's own parameters and head (no dots: a module name)."""
         return str(self)
 
-    def __str__(self) -> str:
-        return f"Fuse({', '.join(map(str, self.children))})"
 
-
-@dataclass(frozen=True, init=False)
-class Parallel:
+class Parallel(_Block):
     children: tuple[str, ...]
-
-    def __init__(self, *children: str):
-        _check("Parallel", children, (str,))
-        object.__setattr__(self, "children", children)
-
-    def __str__(self) -> str:
-        return f"Parallel({', '.join(self.children)})"
+    nests = False
 
 
 def names_in(block: Block) -> list[str]:
