@@ -17,10 +17,13 @@ verification as `hub predict`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from hubcli.format.vocab import DEFAULT_MAX_LENGTH
 from hubcli.core.composition import Parallel, Stack, owner
+
+if TYPE_CHECKING:
+    from hubcli.local.inference import RowGroup
 
 
 class AdapterHub:
@@ -80,7 +83,6 @@ class AdapterHub:
         """
         from hubcli.errors import AdapterError
         from hubcli.local.inference import Predictor, run_routed
-        from hubcli.tasks import get_task
 
         if isinstance(compose, Parallel):
             groups = [self._group(n, texts, range(j * len(texts), (j + 1) * len(texts)))
@@ -120,13 +122,13 @@ class AdapterHub:
 
         return get_task(manifest["task"])
 
-    def _group(self, name: str, texts: list[str], positions) -> "RowGroup":
+    def _group(self, name: str, texts: list[str], positions) -> RowGroup:
         from hubcli.local.inference import RowGroup
 
         m = self._manifest(name)
         task = self._task(m)
         return RowGroup(name, task, list(m["head"]["labels"]),
-                        int(m["training"].get("max_length", 128)),
+                        int(m["training"].get("max_length", DEFAULT_MAX_LENGTH)),
                         [task.parse_input(t) for t in texts], list(positions))
 
 

@@ -4,7 +4,6 @@ the training loss whichever batch it lands in. A per-batch mean gave a token of 
 types that live in short lines dominated training (about 5 F1 points lost on real NER)."""
 
 import pytest
-import torch
 from torch.nn.functional import cross_entropy
 
 from hubcli.tasks.base import IGNORE_INDEX
