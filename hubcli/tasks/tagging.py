@@ -106,8 +106,9 @@ class Tagging(Task):
         """{"entities": [{"text", "type", "start", "end", "score"}], "tags": [IOB2 tag per word]}.
 
         A model trained on IOB1 predicts IOB1; to_iob2 rewrites it without moving any entity
-        (entity_spans reads both schemes alike), so callers always see IOB2. start/end are character offsets into the example's text (end exclusive); an entity's
-        score is the mean probability of its words' tags.
+        (entity_spans reads both schemes alike), so callers always see IOB2. start/end are
+        character offsets into the example's text (end exclusive); an entity's score is the
+        mean probability of its words' tags.
         """
         tags = [["O"] * len(example.words) for example in examples]
         scores = [np.zeros(len(example.words)) for example in examples]
