@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from hubcli.format.vocab import DEFAULT_MAX_LENGTH
+from hubcli.format.vocab import BASE, DEFAULT_MAX_LENGTH
 from hubcli.core.composition import Parallel, Stack, owner
 
 if TYPE_CHECKING:
@@ -125,6 +125,10 @@ class AdapterHub:
     def _group(self, name: str, texts: list[str], positions) -> RowGroup:
         from hubcli.local.inference import RowGroup
 
+        if name == BASE:  # the base's sentence embedding: text in, no head
+            task = self._task({"task": "classification"})
+            return RowGroup(name, task, [], DEFAULT_MAX_LENGTH, [task.parse_input(t) for t in texts],
+                            list(positions))
         m = self._manifest(name)
         task = self._task(m)
         return RowGroup(name, task, list(m["head"]["labels"]),

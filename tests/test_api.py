@@ -90,3 +90,22 @@ def test_predict_with_parallel_equals_each_adapter_separately(three_adapters, ti
     for name in ("sst", "ner", "lora"):
         separate = hub.predict(texts, adapter=name)
         assert all(close(row[name], s) for row, s in zip(together, separate)), name
+
+
+def test_base_rows_get_the_base_sentence_embedding_beside_adapter_rows(three_adapters,
+                                                                       tiny_base_dir):
+    import torch
+
+    hub = AdapterHub(str(tiny_base_dir))
+    hub.load(three_adapters / "sst", allow_unsigned=True)
+    texts = ["a gripping film", "Angela Merkel visited Paris .", "dull"]
+    mixed = hub.predict(texts, adapter=["__base__", "sst", "__base__"])
+    assert close(mixed[1], hub.predict([texts[1]], adapter="sst")[0])
+    hub.deactivate()
+    for i in (0, 2):
+        batch = dict(hub.base.tokenizer([texts[i]], return_tensors="pt"))
+        with torch.no_grad():
+            mean = hub.model.encode(**batch)[0].mean(0)
+        expected = torch.nn.functional.normalize(mean, dim=0).tolist()
+        assert len(mixed[i]["embedding"]) == len(expected) == 32
+        assert all(abs(a - b) <= 1e-5 for a, b in zip(mixed[i]["embedding"], expected))

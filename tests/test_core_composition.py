@@ -73,14 +73,22 @@ def test_fusion_weights_adapter_outputs_by_attention_with_identity_values(model)
     fusion = site.fusions[fused.name]
     assert torch.equal(fusion.value.weight, torch.eye(32))
     x = torch.randn(2, 3, 32)
-    with torch.no_grad():
+
+    def by_definition():
         y = site.base_layer(x)
         outs = torch.stack([site.adapters[n](x, y) for n in ("a", "b")])
         scores = torch.stack([(fusion.query(y) * fusion.key(o)).sum(-1) for o in outs], -1)
         w = scores.softmax(-1)
-        expected = w[..., 0:1] * outs[0] + w[..., 1:2] * outs[1]
-        model.activate(fused)
-        assert torch.allclose(site(x), expected, atol=1e-6)
+        return fusion.value(w[..., 0:1] * outs[0] + w[..., 1:2] * outs[1])
+
+    model.activate(fused)
+    with torch.no_grad():
+        assert torch.allclose(site(x), by_definition(), atol=1e-6)
+        # the folded query-key product kept between no-grad calls follows a weight change
+        fusion.query.weight.add_(torch.randn(32, 32) * 0.5)
+        fusion.value.weight.mul_(0.5)
+        assert torch.allclose(site(x), by_definition(), atol=1e-5)
+    assert torch.allclose(site(x), by_definition(), atol=1e-5)  # with gradients, unfolded
 
 
 def _train(model, trained: str, block, batch, steps: int = 2) -> None:

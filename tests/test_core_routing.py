@@ -106,12 +106,12 @@ def test_base_rows_and_nothing_active_are_bit_identical_to_the_untouched_base(mo
         assert torch.equal(everything_base, reference)
 
 
-def test_route_ends_with_the_block_and_stacks_follow_weight_changes(model, base):
+def test_route_ends_with_the_block_and_weight_changes_show_at_once(model, base):
     names = add_houlsby_set(model)
     batch = encode(base.tokenizer, TEXTS[:2])
     with torch.no_grad():
         first = model.forward_routed(**batch, per_row=[names[0], names[1]])[1][0]
-        _randomise(model, names[0], seed=99)  # the cached stacks must notice
+        _randomise(model, names[0], seed=99)  # nothing cached may hide the change
         second = model.forward_routed(**batch, per_row=[names[0], names[1]])[1][0]
         model.activate(names[0])
         expected = model(**encode(base.tokenizer, TEXTS[:1]))[0]

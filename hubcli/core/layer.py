@@ -9,12 +9,10 @@ each adapter trains its own LayerNorm without touching the shared base tensors.
 
 With no adapter active both wrappers call the base module directly, so outputs are
 bit-identical to the untouched model. With a `Route` set (see `routing.py`) they instead apply
-a different adapter to each row of the batch, in one batched product per site.
+each adapter to its own contiguous segment of the batch's rows.
 """
 
 from __future__ import annotations
-
-from collections import defaultdict
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +20,7 @@ from torch import nn
 
 from hubcli.core.composition import Block, Fuse, Stack
 from hubcli.core.config import AdapterConfig, LoraConfig
-from hubcli.core.routing import Route, StackCache, pad_stack
+from hubcli.core.routing import Route
 
 _ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}
 
@@ -51,26 +49,6 @@ class BottleneckAdapter(nn.Module):
         """`y` is the base layer's output for input `x`; the adapter transforms `y`."""
         return y + self.up(self.act(self.down(y)))
 
-    def route_group(self) -> tuple:
-        """Adapters with equal groups stack into one batched product at a site."""
-        return (type(self), type(self.act))
-
-    @staticmethod
-    def stack(adapters: list[BottleneckAdapter]) -> tuple[torch.Tensor, ...]:
-        """[K, d, m] down, [K, m] its bias, [K, m, d] up, [K, d] its bias (m padded)."""
-        return (pad_stack([a.down.weight.t() for a in adapters], 1),
-                pad_stack([a.down.bias for a in adapters], 0),
-                pad_stack([a.up.weight.t() for a in adapters], 0),
-                torch.stack([a.up.bias for a in adapters]))
-
-    def routed(self, x: torch.Tensor, y: torch.Tensor, rows: torch.Tensor,
-               stacked: tuple[torch.Tensor, ...], slots: torch.Tensor) -> torch.Tensor:
-        """`forward` on `rows` of the batch, row rows[j] with the adapter at `slots[j]`: one
-        gathered batched product per projection."""
-        down, down_b, up, up_b = stacked
-        y = y[rows]
-        h = self.act(torch.baddbmm(down_b[slots].unsqueeze(1), y, down[slots]))
-        return y + torch.baddbmm(up_b[slots].unsqueeze(1), h, up[slots])
 
 
 class LoraAdapter(nn.Module):
@@ -88,23 +66,6 @@ class LoraAdapter(nn.Module):
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return y + self.B(self.A(x)) * self.scale
 
-    def route_group(self) -> tuple:
-        return (type(self),)
-
-    @staticmethod
-    def stack(adapters: list[LoraAdapter]) -> tuple[torch.Tensor, ...]:
-        """[K, d_in, r] A, [K, r, d_out] B (r padded), [K] scales."""
-        return (pad_stack([a.A.weight.t() for a in adapters], 1),
-                pad_stack([a.B.weight.t() for a in adapters], 0),
-                torch.tensor([a.scale for a in adapters], dtype=adapters[0].A.weight.dtype,
-                             device=adapters[0].A.weight.device))
-
-    def routed(self, x: torch.Tensor, y: torch.Tensor, rows: torch.Tensor,
-               stacked: tuple[torch.Tensor, ...], slots: torch.Tensor) -> torch.Tensor:
-        """`forward` on `rows`, row rows[j] with the adapter at `slots[j]`."""
-        a, b, scale = stacked
-        update = torch.bmm(torch.bmm(x[rows], a[slots]), b[slots])
-        return y[rows] + update * scale[slots].view(-1, 1, 1)
 
 
 class AdapterFusion(nn.Module):
@@ -122,16 +83,30 @@ class AdapterFusion(nn.Module):
         nn.init.normal_(self.key.weight, std=0.02)
         nn.init.eye_(self.value.weight)
         nn.init.zeros_(self.value.bias)
+        self._folded: tuple[tuple, tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def forward(self, y: torch.Tensor, outputs: torch.Tensor) -> torch.Tensor:
         """`y` [batch, n, d], `outputs` [K, batch, n, d] -> [batch, n, d]."""
         # Both projections of the K outputs fold away, exactly: (Q y) . (W_K o) = o . (W_K^T Q y),
-        # and sum_k s_k V o_k = V (sum_k s_k o_k) since the weights sum to 1: three d x d
-        # products per token instead of 2K + 1.
-        q = self.query(y)
-        scores = torch.einsum("bnd,kbnd->bnk", q @ self.key.weight, outputs)
+        # and sum_k s_k V o_k = V (sum_k s_k o_k) since the weights sum to 1; Q and W_K fold
+        # into one matrix too (`_query_key`): two d x d products per token instead of 2K + 1.
+        weight, bias = self._query_key()
+        scores = torch.einsum("bnd,kbnd->bnk", F.linear(y, weight, bias), outputs)
         mixed = torch.einsum("bnk,kbnd->bnd", scores.softmax(-1), outputs)
         return self.value(mixed)
+
+    def _query_key(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(W_K^T W_Q, W_K^T b_Q): the query and key projections as one Linear. Without
+        gradients it is kept until a weight changes (its storage or version counter), so a
+        small inference batch does not pay the d^3 product each time."""
+        q, k = self.query, self.key
+        stamp = tuple((p.data_ptr(), p._version) for p in (q.weight, q.bias, k.weight))
+        if torch.is_grad_enabled() or self._folded is None or self._folded[0] != stamp:
+            folded = (k.weight.t() @ q.weight, k.weight.t() @ q.bias)
+            if torch.is_grad_enabled():
+                return folded
+            self._folded = (stamp, folded)
+        return self._folded[1]
 
 
 def build_adapter(config: AdapterConfig, base_layer: nn.Linear) -> nn.Module:
@@ -153,7 +128,6 @@ class AdapterLinear(nn.Module):
         self.fusions = nn.ModuleDict()
         self.active: Block | None = None
         self.route: Route | None = None
-        self._stacks = StackCache()
 
     def add(self, name: str, config: AdapterConfig) -> nn.Module:
         w = self.base_layer.weight
@@ -189,18 +163,8 @@ class AdapterLinear(nn.Module):
         return y
 
     def _routed(self, x: torch.Tensor, y: torch.Tensor, route: Route) -> torch.Tensor:
-        groups: dict[tuple, dict[str, nn.Module]] = defaultdict(dict)
-        for n, adapter in self.adapters.items():
-            groups[adapter.route_group()][n] = adapter
-        out = y
-        for group, members in groups.items():
-            first = next(iter(members.values()))
-            stacked = self._stacks.get(group, members, first.stack)
-            picked = stacked.rows(route)
-            if picked is not None:
-                rows, slots = picked
-                out = out.index_copy(0, rows, first.routed(x, y, rows, stacked.tensors, slots))
-        return out
+        return route.apply(y, self.adapters.__contains__,
+                           lambda n, s, e: self.adapters[n](x[s:e], y[s:e]))
 
 
 class LayerNormDelta(nn.Module):
@@ -221,7 +185,6 @@ class DeltaLayerNorm(nn.Module):
         self.deltas = nn.ModuleDict()
         self.active: str | None = None
         self.route: Route | None = None
-        self._stacks = StackCache()
 
     def add(self, name: str) -> LayerNormDelta:
         w = self.base_layer.weight
@@ -245,21 +208,11 @@ class DeltaLayerNorm(nn.Module):
                             base.bias + delta.bias_delta, base.eps)
 
     def _routed(self, x: torch.Tensor, route: Route) -> torch.Tensor:
-        y = self.base_layer(x)
-        picked = None
-        if len(self.deltas):
-            stacked = self._stacks.get("deltas", dict(self.deltas.items()), _stack_deltas)
-            picked = stacked.rows(route)
-        if picked is None:
-            return y
-        rows, slots = picked
-        base, (dw, db) = self.base_layer, stacked.tensors
-        normed = F.layer_norm(x[rows], base.normalized_shape, None, None, base.eps)
-        scaled = normed * (base.weight + dw[slots]).unsqueeze(1) + (base.bias + db[slots]).unsqueeze(1)
-        return y.index_copy(0, rows, scaled)
+        base = self.base_layer
 
+        def with_deltas(name: str, s: int, e: int) -> torch.Tensor:
+            delta = self.deltas[name]
+            return F.layer_norm(x[s:e], base.normalized_shape, base.weight + delta.weight_delta,
+                                base.bias + delta.bias_delta, base.eps)
 
-def _stack_deltas(deltas: list[LayerNormDelta]) -> tuple[torch.Tensor, torch.Tensor]:
-    return (torch.stack([d.weight_delta for d in deltas]), torch.stack([d.bias_delta for d in deltas]))
-
-
+        return route.apply(base(x), self.deltas.__contains__, with_deltas)

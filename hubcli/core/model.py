@@ -229,11 +229,12 @@ class AdapterModel(nn.Module):
 
     @contextmanager
     def routing(self, per_row: list[str | None]) -> Iterator[Route]:
-        """Within the block, row i of every batch goes through adapter `per_row[i]` (`BASE` or
-        None: the untouched base), whatever is active.
+        """Within the block, every site routes row i of the batch to adapter `per_row[i]`
+        (`BASE` or None: the untouched base), whatever is active. The batch must be in the
+        route's order: `route.sort` it before the encoder and `route.unsort` what comes out.
 
         Raises:
-            AdapterError: a name that is not loaded.
+            AdapterError: a name that is not loaded, or a fusion.
         """
         for n in per_row:
             if n not in (None, BASE):
@@ -278,23 +279,25 @@ class AdapterModel(nn.Module):
                        token_type_ids: torch.Tensor | None, per_row: list[str | None]
                        ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """One pass with a different adapter per row: (hidden states, per-row logits of that
-        row's head, None for `BASE` rows and adapters without a head). Heads differ in size,
-        so each runs on its own rows.
+        row's head, None for `BASE` rows and adapters without a head), in the caller's row
+        order. Heads differ in size, so each runs on its own rows.
 
         Raises:
             AdapterError: a name that is not loaded.
         """
         with self.routing(per_row) as route:
-            hidden = self.encode(input_ids, attention_mask, token_type_ids)
+            mask = route.sort(attention_mask)
+            hidden = self.encode(route.sort(input_ids), mask,
+                                 None if token_type_ids is None else route.sort(token_type_ids))
         logits: list[torch.Tensor | None] = [None] * len(per_row)
-        for k, name in enumerate(route.names):
+        for name in route.names:
             if name not in self.heads:
                 continue
-            rows = (route.index == k).nonzero().squeeze(1)
-            out = self.heads[name](hidden[rows], attention_mask[rows])
-            for j, r in enumerate(rows.tolist()):
+            start, end, rows = route.rows_of(name)
+            out = self.heads[name](hidden[start:end], mask[start:end])
+            for j, r in enumerate(rows):
                 logits[r] = out[j]
-        return hidden, logits
+        return route.unsort(hidden), logits
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:

@@ -1,17 +1,14 @@
 """Per-sample routing: one forward pass where row i runs through adapter k_i, or none.
 
-The model hands every site a `Route` (the K distinct adapter names of the batch and, per row,
-the position of its adapter in that list, -1 for `BASE`). Each site then
-- looks up its stacked weights for those K names (built once per name set, rebuilt only when
-  a weight changed: `StackCache`), K along the first dimension;
-- gathers one weight matrix per routed row and applies them all with one batched matrix
-  product (`torch.baddbmm`), as Punica's and S-LoRA's kernels do for LoRA;
-- leaves `BASE` rows, and rows whose adapter has nothing at this site, exactly as the frozen
-  base computed them (they are never written), so they stay bit-identical to the base.
+The batch is sorted by adapter once, before the encoder (`Route.sort`), so that every adapter's
+rows form one contiguous segment; every site then applies each adapter to its own segment, a
+slice of the activations that costs no copy, and joins the pieces once. This is the segmented
+form Punica's SGMV kernel uses for LoRA: the work is what one adapter would cost on those
+rows, with no per-row weight gathers and no pass of the encoder per adapter. The outputs are
+put back in the caller's row order after the encoder (`Route.unsort`).
 
-Adapters of different widths at one site are zero-padded to the widest before stacking: a zero
-down-projection column feeds act(0) = 0 (true for every activation offered) into a zero
-up-projection row, so padding adds exact zeros.
+`BASE` rows, and rows whose adapter has nothing at a site, keep exactly what the frozen base
+computed there, so they stay bit-identical to the base.
 """
 
 from __future__ import annotations
@@ -21,72 +18,58 @@ from typing import Callable
 
 import torch
 
-BASE = "__base__"
+from hubcli.format.vocab import BASE
+
+__all__ = ["BASE", "Route", "Segment"]
+
+# (adapter name, or None for the untouched base; first row; one past the last row)
+Segment = tuple[str | None, int, int]
 
 
 @dataclass(frozen=True)
 class Route:
-    """Which adapter each row of a batch uses."""
+    """Which adapter each row of a batch uses, with the rows sorted into one segment each."""
 
     names: tuple[str, ...]
-    index: torch.Tensor  # [batch] long, position in `names`, -1 for BASE
+    segments: tuple[Segment, ...]  # in the sorted order, covering the batch
+    order: torch.Tensor            # [batch] long: sorted position -> the caller's row
 
     @classmethod
     def of(cls, per_row: list[str | None], device: torch.device | None = None) -> Route:
         """A route from one adapter name per row (`BASE` or None: the untouched base)."""
         names = tuple(dict.fromkeys(n for n in per_row if n not in (None, BASE)))
-        pos = {n: k for k, n in enumerate(names)}
-        index = torch.tensor([pos.get(n, -1) for n in per_row], dtype=torch.long, device=device)
-        return cls(names, index)
+        groups: dict[str | None, list[int]] = {None: []}
+        groups.update({n: [] for n in names})
+        for row, n in enumerate(per_row):
+            groups[None if n in (None, BASE) else n].append(row)
+        segments, start = [], 0
+        for n, rows in groups.items():
+            if rows:
+                segments.append((n, start, start + len(rows)))
+                start += len(rows)
+        order = [row for rows in groups.values() for row in rows]
+        return cls(names, tuple(segments), torch.tensor(order, dtype=torch.long, device=device))
 
+    def sort(self, t: torch.Tensor) -> torch.Tensor:
+        """The caller's batch in routed order."""
+        return t.index_select(0, self.order)
 
-@dataclass(frozen=True)
-class Stacked:
-    """One site's weights for all its adapters of one kind, stacked along a first dimension;
-    `slot[name]` is that adapter's position."""
+    def unsort(self, t: torch.Tensor) -> torch.Tensor:
+        """A routed-order batch back in the caller's row order."""
+        return torch.empty_like(t).index_copy_(0, self.order, t)
 
-    slot: dict[str, int]
-    tensors: tuple[torch.Tensor, ...]
+    def rows_of(self, name: str) -> tuple[int, int, list[int]]:
+        """(first, end) of `name`'s segment in routed order and its rows in the caller's order."""
+        for n, start, end in self.segments:
+            if n == name:
+                return start, end, self.order[start:end].tolist()
+        return 0, 0, []
 
-    def rows(self, route: Route) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(rows of the batch this site changes, their slot in `tensors`), or None for none."""
-        slot_of = [self.slot.get(n, -1) for n in route.names]
-        if all(s < 0 for s in slot_of):
-            return None
-        slot_of = torch.tensor(slot_of, dtype=torch.long, device=route.index.device)
-        slots = torch.where(route.index >= 0, slot_of[route.index.clamp(min=0)], -1)
-        rows = (slots >= 0).nonzero().squeeze(1)
-        if rows.numel() == 0:
-            return None
-        return rows, slots[rows]
-
-
-class StackCache:
-    """Stacked weights per kind of adapter at one site, built once per set of attached adapters
-    and rebuilt only when one is added or removed or a stacked parameter changed in place (its
-    version counter moved)."""
-
-    def __init__(self) -> None:
-        self._entries: dict[object, tuple[tuple, Stacked]] = {}
-
-    def get(self, key: object, modules: dict[str, torch.nn.Module],
-            stack: Callable[[list[torch.nn.Module]], tuple[torch.Tensor, ...]]) -> Stacked:
-        """`modules` (name -> module, not empty) stacked by `stack`, cached under `key`."""
-        stamp = tuple((n, id(m), *(p._version for p in m.parameters())) for n, m in modules.items())
-        hit = self._entries.get(key)
-        if hit is not None and hit[0] == stamp:
-            return hit[1]
-        with torch.no_grad():  # routing serves inference; training goes through activate()
-            entry = Stacked({n: i for i, n in enumerate(modules)}, stack(list(modules.values())))
-        self._entries[key] = (stamp, entry)
-        return entry
-
-
-def pad_stack(mats: list[torch.Tensor], dim: int) -> torch.Tensor:
-    """Stack matrices along a new first dimension, zero-padding `dim` to the widest."""
-    width = max(m.shape[dim] for m in mats)
-    out = []
-    for m in mats:
-        pad = [0, 0] * (m.dim() - 1 - dim) + [0, width - m.shape[dim]]
-        out.append(torch.nn.functional.pad(m, pad) if width != m.shape[dim] else m)
-    return torch.stack(out)
+    def apply(self, y: torch.Tensor, has: Callable[[str], bool],
+              run: Callable[[str, int, int], torch.Tensor]) -> torch.Tensor:
+        """`y` with each segment whose adapter `has` something here replaced by `run(name,
+        start, end)`; `y` itself (not a copy) when no segment changes."""
+        if not any(n is not None and has(n) for n, _, _ in self.segments):
+            return y
+        return torch.cat([run(n, s, e) if n is not None and has(n) else y[s:e]
+                          for n, s, e in self.segments])

@@ -36,6 +36,10 @@ VERSION = re.compile(_PROPS["version"]["pattern"])
 # Tokens per example when a manifest or finetune.json does not say (and `hub train`'s default).
 DEFAULT_MAX_LENGTH = 128
 
+# The adapter name that means "no adapter": the untouched base (a row routed to it gets the base's
+# own output; `hub serve` and `AdapterHub.predict` answer with its sentence embedding).
+BASE = "__base__"
+
 # A registry reference as users type it: NAMESPACE/NAME[@VERSION].
 ADAPTER_REF = re.compile(
     r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<version>[\w.+-]+))?$")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from hubcli.format.vocab import DEFAULT_MAX_LENGTH
+from hubcli.format.vocab import BASE, DEFAULT_MAX_LENGTH
 from hubcli.local.batching import inference_batches
 
 INFER_BATCH = 64
@@ -44,10 +44,21 @@ class RowGroup:
     positions: list[int]
 
 
+def _embedding(hidden, mask) -> dict:
+    """What a `BASE` row predicts: the base's sentence embedding, the mean of its last hidden
+    states over the real tokens, L2-normalised (how sentence-transformers pools the packaged
+    all-MiniLM-L6-v2)."""
+    import torch
+
+    mean = (hidden * mask.unsqueeze(-1)).sum(0) / mask.sum()
+    return {"embedding": [round(v, 6) for v in torch.nn.functional.normalize(mean, dim=0).tolist()]}
+
+
 def run_routed(model, tokenizer, groups: list[RowGroup], batch_size: int = INFER_BATCH
                ) -> list[dict]:
     """Predictions for every group's examples, batches mixing adapters row by row (one routed
-    pass per batch, `AdapterModel.forward_routed`), placed at the groups' positions."""
+    pass per batch, `AdapterModel.forward_routed`), placed at the groups' positions. A group
+    for `BASE` gets the base's sentence embeddings."""
     import torch
 
     feats = [(g, f) for g, group in enumerate(groups)
@@ -58,16 +69,18 @@ def run_routed(model, tokenizer, groups: list[RowGroup], batch_size: int = INFER
         for idx in inference_batches([f for _, f in feats], batch_size):
             # the groups share one tokenizer, so any group's task pads alike
             batch = groups[0].task.collate([feats[i][1] for i in idx])
-            _, out = model.forward_routed(batch["input_ids"], batch["attention_mask"],
-                                          batch.get("token_type_ids"),
-                                          [groups[feats[i][0]].adapter for i in idx])
+            hidden, out = model.forward_routed(batch["input_ids"], batch["attention_mask"],
+                                               batch.get("token_type_ids"),
+                                               [groups[feats[i][0]].adapter for i in idx])
             for row, i in enumerate(idx):
-                logits[i] = _unpadded(out[row], feats[i][1])
+                logits[i] = (_embedding(hidden[row], batch["attention_mask"][row])
+                             if groups[feats[i][0]].adapter == BASE
+                             else _unpadded(out[row], feats[i][1]))
     results: list = [None] * sum(len(g.positions) for g in groups)
     for g, group in enumerate(groups):
         mine = [i for i, (owner, _) in enumerate(feats) if owner == g]
-        preds = group.task.decode([logits[i] for i in mine], [feats[i][1] for i in mine],
-                                  group.examples, group.labels)
+        preds = [logits[i] for i in mine] if group.adapter == BASE else group.task.decode(
+            [logits[i] for i in mine], [feats[i][1] for i in mine], group.examples, group.labels)
         for pos, pred in zip(group.positions, preds):
             results[pos] = pred
     return results
