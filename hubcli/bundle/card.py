@@ -157,6 +157,27 @@ def _training(m: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _ablation(m: dict[str, Any]) -> list[str]:
+    a = m.get("analysis", {}).get("ablation")
+    if not a:
+        return []
+    spans, metric = a["spans"], a["metric"]
+    n = len(spans)
+    lines = ["", "## Layer ablation", "",
+             f"{metric} on `{a['data']}` with the adapter modules of some layers removed "
+             "(LayerNorm deltas and head kept; Houlsby et al. 2019, Fig. 6): full adapter "
+             f"{_fmt(a['full'])}, all layers removed {_fmt(spans[0][n - 1])}"
+             + (f", majority class {_fmt(a['majority'])}" if a.get("majority") is not None else "")
+             + ".", "", "| layer removed | " + " | ".join(str(i) for i in range(n)) + " |",
+             "|---" * (n + 1) + "|", f"| {metric} | "
+             + " | ".join(_fmt(spans[i][i]) for i in range(n)) + " |"]
+    if a.get("drop"):
+        lines += ["", "Adapters of the lowest k layers skipped (AdapterDrop): "
+                  + ", ".join(f"k={d['dropped']}: {_fmt(d[metric])} at {d['examples_per_s']:g} "
+                              "examples/s" for d in a["drop"]) + "."]
+    return lines
+
+
 def _usage(m: dict[str, Any]) -> list[str]:
     name, version = m["name"], m["version"]
     return ["", "## How to use", "", "```bash",
@@ -173,5 +194,5 @@ def render_model_card(manifest: dict[str, Any]) -> str:
     """README.md text for `manifest`: YAML front matter, then a Markdown body describing what
     the adapter does, its base and hash, bottleneck size, parameter share, metrics and usage."""
     body = [*_summary(manifest), *_details(manifest), *_metrics(manifest),
-            *_training(manifest), *_usage(manifest)]
+            *_ablation(manifest), *_training(manifest), *_usage(manifest)]
     return front_matter(manifest) + "\n" + "\n".join(body) + "\n"

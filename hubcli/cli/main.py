@@ -28,6 +28,9 @@ COMMANDS: dict[str, str] = {
     "pull": "hubcli.cli.registry_cmds:pull",
     "search": "hubcli.cli.registry_cmds:search",
     "quickstart": "hubcli.cli.registry_cmds:quickstart",
+    "sweep": "hubcli.cli.analysis_cmds:sweep_cmd",
+    "ablate": "hubcli.cli.analysis_cmds:ablate_cmd",
+    "plot": "hubcli.cli.analysis_cmds:plot_cmd",
 }
 
 

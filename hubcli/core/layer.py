@@ -128,6 +128,7 @@ class AdapterLinear(nn.Module):
         self.fusions = nn.ModuleDict()
         self.active: Block | None = None
         self.route: Route | None = None
+        self.bypass = False  # adapters switched off here (ablation, AdapterDrop)
 
     def add(self, name: str, config: AdapterConfig) -> nn.Module:
         w = self.base_layer.weight
@@ -144,6 +145,8 @@ class AdapterLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base_layer(x)
+        if self.bypass:
+            return y
         if self.route is not None:
             return self._routed(x, y, self.route)
         if self.active is None:

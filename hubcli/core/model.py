@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import torch
 from torch import nn
@@ -158,6 +158,28 @@ class AdapterModel(nn.Module):
         for site in [*self.adapter_sites.values(), *self.layernorm_sites.values()]:
             site.active = None
         self.active = None
+
+    @contextmanager
+    def without_adapters(self, layers: Iterable[int]) -> Iterator[None]:
+        """Within the block, the adapter modules of `layers` are skipped (their sites compute
+        what the base computes) while LayerNorm deltas and heads stay: the layer ablation of
+        Houlsby et al. (Fig. 6) and AdapterDrop's skipped lower layers (Rueckle et al. 2021).
+
+        Raises:
+            AdapterError: a layer the base does not have.
+        """
+        layers = set(layers)
+        if bad := sorted(i for i in layers if not 0 <= i < self.num_layers):
+            raise AdapterError(f"layer {bad[0]} does not exist: the base has layers "
+                               f"0-{self.num_layers - 1}")
+        sites = [site for (i, _), site in self.adapter_sites.items() if i in layers]
+        for site in sites:
+            site.bypass = True
+        try:
+            yield
+        finally:
+            for site in sites:
+                site.bypass = False
 
     def adapter_names(self) -> list[str]:
         return list(self.infos)

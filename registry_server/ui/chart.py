@@ -110,3 +110,38 @@ def _thin(epochs: list[int], most: int = 12) -> list[int]:
         return epochs
     step = math.ceil(len(epochs) / most)
     return sorted(set(epochs[::step]) | {epochs[-1]})
+
+
+def ablation(analysis: dict[str, Any], chart_id: str = "ablation") -> Markup | None:
+    """The layer-ablation heatmap of `hub ablate --record` (Houlsby et al., Fig. 6) as inline
+    SVG: cell (i, j) is the score with the adapters of layers i..j removed; darker is higher.
+    None when the manifest has no ablation, or one too odd to draw."""
+    a = (analysis or {}).get("ablation") if isinstance(analysis, dict) else None
+    spans = a.get("spans") if isinstance(a, dict) else None
+    if not spans or not all(isinstance(row, list) and len(row) == len(spans) for row in spans):
+        return None
+    cells = [(i, j, float(v)) for i, row in enumerate(spans) for j, v in enumerate(row)
+             if _finite(v)]
+    if not cells:
+        return None
+    n, cell, pad = len(spans), 34, 40
+    low, high = min(v for *_, v in cells), max(v for *_, v in cells)
+    size = pad + n * cell
+    metric = escape(str(a.get("metric", "score")))
+    parts = [f'<svg class="chart heatmap" viewBox="0 0 {size + 8} {size + 8}" role="img" '
+             f'aria-labelledby="{chart_id}-t" xmlns="http://www.w3.org/2000/svg">',
+             f'<title id="{chart_id}-t">{metric} with the adapters of layers i to j removed'
+             '</title>']
+    for k in range(n):
+        parts.append(f'<text class="tick" x="{pad + k * cell + cell / 2}" y="{pad - 8}" '
+                     f'text-anchor="middle">{k}</text><text class="tick" x="{pad - 8}" '
+                     f'y="{pad + k * cell + cell / 2 + 4}" text-anchor="end">{k}</text>')
+    for i, j, v in cells:
+        shade = 0.15 + 0.85 * ((v - low) / (high - low) if high > low else 1.0)
+        x, y = pad + j * cell, pad + i * cell
+        parts.append(f'<rect class="heat" x="{x}" y="{y}" width="{cell - 2}" height="{cell - 2}" '
+                     f'fill-opacity="{shade:.2f}"><title>layers {i}-{j} removed: {fmt(v)}'
+                     f'</title></rect><text class="cell" x="{x + cell / 2 - 1}" '
+                     f'y="{y + cell / 2 + 3}" text-anchor="middle">{v:.2f}</text>')
+    parts.append("</svg>")
+    return Markup("".join(parts))

@@ -56,6 +56,7 @@ def _render(adapter: Adapter, versions: list[Version], shown: Version | None):
         "ui/adapter.html", adapter=adapter, version=shown, versions=versions,
         manifest=manifest, card=render_card(shown.card),
         charts=[(p, chart.render(p, f"chart-{i}")) for i, p in enumerate(panels)],
+        ablation=chart.ablation(manifest.get("analysis")),
         epochs=epochs, metric_names=present.metric_names(epochs),
         best=present.best_metrics(manifest), base_rows=present.base_rows(manifest),
         architecture_rows=present.architecture_rows(manifest),

@@ -119,6 +119,9 @@ def test_adapter_page_shows_the_manifest_at_a_glance(client):
     assert html.count('<circle class="dot series-0"') == 3 + 3
     assert "train loss" in html
     assert "<strong>5</strong> downloads" in html
+    # `hub ablate --record`'s heatmap: one cell per span of layers, with the majority class
+    assert html.count('<rect class="heat"') == 3
+    assert "layers 0-1 removed: 0.52</title>" in html and "majority class 0.51" in html
 
 
 def test_adapter_page_lists_files_signature_and_versions(client, seeded_app):

@@ -44,6 +44,18 @@ def test_chart_svg_places_points_and_escapes_names():
     assert panel.legend == [("<b>acc</b>", "series-0")]
 
 
+def test_ablation_heatmap_shades_each_span_and_skips_what_it_cannot_draw():
+    spans = [[0.9, 0.7, 0.5], [None, 0.88, 0.6], [None, None, 0.86]]
+    svg = str(chart.ablation({"ablation": {"metric": "<i>acc</i>", "spans": spans}}))
+    assert svg.count('<rect class="heat"') == 6
+    assert 'fill-opacity="1.00"><title>layers 0-0 removed: 0.9</title>' in svg  # the highest
+    assert 'fill-opacity="0.15"><title>layers 0-2 removed: 0.5</title>' in svg  # the lowest
+    assert "&lt;i&gt;acc&lt;/i&gt;" in svg and "<i>" not in svg
+    assert chart.ablation({}) is None and chart.ablation(None) is None
+    assert chart.ablation({"ablation": {"spans": [[0.5, 0.4]]}}) is None  # not square
+    assert chart.ablation({"ablation": {"spans": [[None]]}}) is None
+
+
 def test_markdown_drops_front_matter_html_and_unsafe_links():
     card = "---\nlicense: mit\n---\n# Title\n\n<b>raw</b> [x](javascript:alert(1)) [ok](https://e.org)"
     html = str(render_card(card))

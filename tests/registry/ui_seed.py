@@ -89,7 +89,9 @@ def seed(app, root: Path, key: SigningKey, other_key: SigningKey) -> None:
         accounts.create_org(session, "acme", members=["alice"])
     sst2 = dict(description="Sentiment of English movie reviews (SST-2).",
                 tags=["sentiment", "english"], metrics={"validation": EPOCHS,
-                                                        "best": {"accuracy": 0.86, "f1": 0.85}})
+                                                        "best": {"accuracy": 0.86, "f1": 0.85}},
+                analysis={"ablation": {"data": "dev.tsv", "metric": "accuracy", "full": 0.86,
+                                       "majority": 0.51, "spans": [[0.85, 0.52], [None, 0.8]]}})
     for version in ("0.9.0", "1.0.0", "1.1.0"):
         publish(app, "alice", signed_bundle(root / f"sst2-{version}", key, name="sst2-sentiment",
                                             version=version, **sst2))

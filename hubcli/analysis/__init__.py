@@ -1,0 +1,1 @@
+"""Seeing what adapters do: layer ablations, AdapterDrop, sweeps, and their plots."""

@@ -1,0 +1,140 @@
+"""`hub sweep`, `hub ablate`, `hub plot` and the layer switch they stand on."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from hubcli.cli.main import cli
+from hubcli.core.config import HoulsbyConfig
+from hubcli.core.model import AdapterModel
+from hubcli.data import sample_dataset
+from hubcli.errors import AdapterError
+from hubcli.local.train import TrainSettings, train
+from test_core_routing import SEQ, TEXTS, _randomise, encode
+
+
+def test_without_adapters_skips_only_the_adapter_modules_of_those_layers(base):
+    model = AdapterModel(base.encoder).eval()
+    model.add_adapter("a", HoulsbyConfig(bottleneck=4), SEQ)
+    _randomise(model, "a", seed=1)
+    batch = encode(base.tokenizer, TEXTS[:3])
+    with torch.no_grad():
+        model.activate("a")
+        full = model.encode(**batch)
+        with model.without_adapters(range(2)):
+            removed = model.encode(**batch)
+        assert torch.equal(model.encode(**batch), full)  # the switch ends with the block
+        for site in model.adapter_sites.values():  # the same by hand: LayerNorm deltas only
+            site.active = None
+        deltas_only = model.encode(**batch)
+    assert torch.equal(removed, deltas_only)
+    assert not torch.allclose(removed, full, atol=1e-3)
+    with pytest.raises(AdapterError, match="layer 2 does not exist: the base has layers 0-1"):
+        with model.without_adapters([2]):
+            pass
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_base_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("analysis")
+    train_tsv, dev_tsv = sample_dataset()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HUB_HOME", str(out / "home"))
+        train(TrainSettings(train=train_tsv, validation=dev_tsv, out=out / "sst", epochs=2,
+                            base=str(tiny_base_dir), bottleneck=4, max_length=32, quiet=True),
+              log=lambda _m: None)
+    return out / "sst"
+
+
+def test_ablate_scores_every_span_and_adapterdrop_and_writes_plots(trained, tmp_path):
+    _, dev = sample_dataset()
+    out = tmp_path / "ablation"
+    result = CliRunner().invoke(cli, ["ablate", str(trained), "--data", str(dev), "--out",
+                                      str(out), "--drop-lowest", "2", "--allow-unsigned", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc == {**json.loads((out / "ablation.json").read_text()), "files": doc["files"]}
+    evaluated = CliRunner().invoke(cli, ["eval", str(trained), "--data", str(dev),
+                                         "--allow-unsigned", "--json"])
+    assert doc["full"] == pytest.approx(json.loads(evaluated.stdout)["metrics"]["accuracy"])
+    spans = doc["spans"]
+    assert len(spans) == 2 and spans[1][0] is None
+    assert all(isinstance(spans[i][j], float) for i in range(2) for j in range(i, 2))
+    labels = [line.rsplit("\t", 1)[1] for line in dev.read_text().splitlines()[1:]]
+    assert doc["majority"] == pytest.approx(max(map(labels.count, set(labels))) / len(labels))
+    assert [d["dropped"] for d in doc["drop"]] == [0, 1, 2]
+    assert doc["drop"][0]["accuracy"] == doc["full"]
+    assert doc["drop"][2]["accuracy"] == spans[0][1]  # skipping both = removing span 0..1
+    assert (out / "ablation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert b"<svg" in (out / "ablation.svg").read_bytes()[:400]
+    rows = list(csv.reader((out / "ablation.csv").open()))
+    assert rows[0] == ["first_layer", "last_layer", "accuracy"] and len(rows) == 4
+    assert (out / "adapterdrop.png").exists() and (out / "adapterdrop.csv").exists()
+
+
+def test_plot_draws_the_training_history(trained, tmp_path):
+    result = CliRunner().invoke(cli, ["plot", str(trained), "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.reader((tmp_path / "training.csv").open()))
+    assert rows[0][:2] == ["epoch", "train_loss"] and "accuracy" in rows[0]
+    assert [r[0] for r in rows[1:]] == ["1", "2"]
+    assert (tmp_path / "training.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_sweep_keeps_the_best_run_and_resumes(tiny_base_dir, tmp_path):
+    train_tsv, dev_tsv = sample_dataset()
+    args = ["sweep", "--train", str(train_tsv), "--validation", str(dev_tsv), "--out",
+            str(tmp_path), "--base", str(tiny_base_dir), "--bottleneck", "2,8", "--lr", "1e-3",
+            "--epochs", "1", "--max-length", "32", "--quiet", "--json"]
+    first = CliRunner().invoke(cli, args)
+    assert first.exit_code == 0, first.output
+    doc = json.loads(first.stdout)
+    scores = [r["accuracy"] for r in doc["runs"]]
+    assert sorted(r["bottleneck"] for r in doc["runs"]) == [2, 8]
+    assert scores == sorted(scores, reverse=True)
+    best = json.loads((tmp_path / "best" / "manifest.json").read_text())
+    assert best["metrics"]["best"]["accuracy"] == scores[0]
+    assert best["architecture"]["bottleneck"] == doc["runs"][0]["bottleneck"]
+    weights = tmp_path / "runs" / "m2-lr0.001" / "adapter.safetensors"
+    stamp = weights.stat().st_mtime_ns
+    again = CliRunner().invoke(cli, args)
+    assert again.exit_code == 0 and again.stderr.count("finished before, kept") == 2
+    assert weights.stat().st_mtime_ns == stamp
+    assert json.loads(again.stdout)["runs"] == doc["runs"]
+    assert (tmp_path / "sweep.png").exists() and (tmp_path / "sweep.csv").exists()
+
+
+def test_sweep_grid_must_be_positive_numbers(tmp_path):
+    train_tsv, dev_tsv = sample_dataset()
+    result = CliRunner().invoke(cli, ["sweep", "--train", str(train_tsv), "--validation",
+                                      str(dev_tsv), "--out", str(tmp_path), "--lr", "1e-3,nan"])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == (
+        "error: --lr 1e-3,nan: is not a comma-separated list of positive numbers")
+
+
+def test_ablate_record_puts_the_result_into_the_manifest_and_the_card(trained, tmp_path):
+    import shutil
+
+    folder = tmp_path / "sst"
+    shutil.copytree(trained, folder)
+    for step in (["keygen"], ["bundle", str(folder)], ["sign", str(folder)]):
+        assert CliRunner().invoke(cli, step).exit_code == 0, step
+    _, dev = sample_dataset()
+    result = CliRunner().invoke(cli, ["ablate", str(folder), "--data", str(dev), "--out",
+                                      str(tmp_path / "a"), "--record", "--allow-unsigned"])
+    assert result.exit_code == 0, result.output
+    assert "model.sig, which signed the old manifest; run `hub bundle" in result.stderr
+    assert not (folder / "model.sig").exists()
+    ablation = json.loads((folder / "manifest.json").read_text())["analysis"]["ablation"]
+    assert ablation["data"] == dev.name and len(ablation["spans"]) == 2
+    bundled = CliRunner().invoke(cli, ["bundle", str(folder)])
+    assert bundled.exit_code == 0, bundled.output
+    card = (folder / "README.md").read_text()
+    assert "## Layer ablation" in card and "| layer removed | 0 | 1 |" in card
+    assert f"majority class {ablation['majority']:.4f}" in card
