@@ -31,7 +31,7 @@ from hubcli.errors import (BundleError, HubError, ManifestError, SignatureError,
 from hubcli.fsutil import CHUNK
 from hubcli.format.safejson import NUL, nul_field
 from hubcli.signing import trust
-from hubcli.signing.verify import verify_digests
+from hubcli.signing.verify import check_signer_claim, verify_digests
 from registry_server import semver
 from registry_server.db import insert_ignore
 from registry_server.errors import (BadRequest, Conflict, PayloadTooLarge, Rejected,
@@ -219,7 +219,9 @@ def _check_policy(session: Session, adapter: Adapter, user: User, bundle: Path,
         check_names(bundle, sizes, require_signature=True)
         digests = {path: entry.sha256 for path, entry in tree.items() if path != SIGNATURE}
         manifest = check_contents(bundle, sizes, digests)
-        signer = verify_digests(bundle, trust.unnamed(keys), digests).key_id
+        key = verify_digests(bundle, trust.unnamed(keys), digests)
+        check_signer_claim(bundle, manifest.get("signer", {}), key)
+        signer = key.key_id
     except (BundleError, ManifestError) as e:
         raise Rejected(_pusher_view(e, bundle), hint=e.hint) from None
     except UntrustedSignerError as e:
