@@ -28,7 +28,7 @@ from hubcli.bundle import README
 from hubcli.format.bundle_rules import SIGNATURE, check_contents, check_names
 from hubcli.errors import (BundleError, HubError, ManifestError, SignatureError,
                            UntrustedSignerError)
-from hubcli.fsutil import CHUNK
+from hubcli.fsutil import git_blob_oid
 from hubcli.format.safejson import NUL, nul_field
 from hubcli.signing import trust
 from hubcli.signing.verify import check_signer_claim, verify_digests
@@ -95,15 +95,6 @@ class _Entry:
     size: int
     source: Path | None = None  # a staged file, or None when the blob is stored already
     git_oid: str | None = None  # known for blobs a version holds already
-
-
-def git_blob_oid(path: Path) -> str:
-    """The git blob SHA-1 of a file (`blob <size>\\0` + bytes)."""
-    sha1 = hashlib.sha1(b"blob %d\0" % os.path.getsize(path))
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            sha1.update(chunk)
-    return sha1.hexdigest()
 
 
 def commit(session: Session, storage: BlobStorage, adapter: Adapter, user: User,
