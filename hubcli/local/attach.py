@@ -84,9 +84,9 @@ def base_for(manifest: dict, override: str | None) -> str | None:
     name."""
     if override:
         return override
-    from hubcli.base.ref import locate_base
+    from hubcli.base.ref import find_base
 
-    return locate_base(manifest["base_model"]["content_hash"]) or manifest["base_model"]["name"]
+    return find_base(manifest["base_model"]["content_hash"]) or manifest["base_model"]["name"]
 
 
 def attach_to_fresh_base(bundle: VerifiedBundle, *, base: str | None = None,
