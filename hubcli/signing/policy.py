@@ -14,7 +14,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from hubcli.format.bundle_rules import check_contents, check_names, hash_files, list_files
+from hubcli.format import manifest as manifest_io
+from hubcli.format.bundle_rules import (check_listed_files, check_names, check_weights,
+                                        hash_files, list_files)
 from hubcli.errors import NoSignatureError, UntrustedSignerError
 from hubcli.fsutil import atomic_write_text, sha256_file
 from hubcli.format.manifest import MANIFEST, WEIGHTS
@@ -85,9 +87,13 @@ def check_attach(directory: Path, *, allow_unsigned: bool = False,
             `allow_unsigned` is false.
         InvalidSignatureError, TamperedError: a signature that does not verify, or files that
             changed after signing; refused even with `allow_unsigned`.
-        BundleError, ManifestError: the folder is malformed or its digests do not match.
+        ManifestError: manifest.json is missing or invalid (checked first).
+        BundleError: the folder is malformed or its digests do not match.
     """
     directory = Path(directory)
+    # The manifest first: pointed at a folder that is no adapter at all, a user needs "no
+    # manifest.json here", not "not signed". Parsed and validated here only, once.
+    manifest = manifest_io.read(directory)
     sizes = list_files(directory)
     digests = hash_files(directory, sizes)
     try:
@@ -95,7 +101,8 @@ def check_attach(directory: Path, *, allow_unsigned: bool = False,
     except (NoSignatureError, UntrustedSignerError) as refusal:
         key, (status, message) = None, _unverified(directory, digests, refusal, allow_unsigned)
     check_names(directory, sizes)
-    manifest = check_contents(directory, sizes, digests)
+    check_listed_files(directory, manifest, sizes, digests)
+    check_weights(directory, manifest)
     if key is None:
         return VerifiedBundle(directory, manifest, digests, status, None, None, message)
     check_signer_claim(directory, manifest.get("signer", {}), key)
