@@ -85,10 +85,12 @@ def main() -> None:
            "trainable_params": result.parameters["trainable"],
            "train_examples_per_s": round(result.examples_per_second, 2)}
     if not a.full_finetune:
-        from hubcli.local.attach import attach_to_fresh_base
+        from hubcli.local.attach import attach_to_fresh_base, verify_adapter
         from hubcli.tasks import get_task
 
-        model, loaded, manifest = attach_to_fresh_base(out, allow_unsigned=True)
+        bundle = verify_adapter(out, allow_unsigned=True)
+        model, loaded = attach_to_fresh_base(bundle)
+        manifest = bundle.manifest
         task, labels = get_task("classification"), manifest["head"]["labels"]
         dev = task.read(a.dev)
         speeds = [infer_speed(model, task, loaded.tokenizer, dev, labels) for _ in range(a.repeats)]

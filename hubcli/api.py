@@ -24,6 +24,7 @@ from hubcli.core.composition import Parallel, Stack, owner
 
 if TYPE_CHECKING:
     from hubcli.local.inference import RowGroup
+    from hubcli.signing.policy import VerifiedBundle
 
 
 class AdapterHub:
@@ -47,11 +48,24 @@ class AdapterHub:
         Raises:
             SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError.
         """
+        from hubcli.local.attach import verify_adapter
+
+        bundle = verify_adapter(Path(directory), allow_unsigned=allow_unsigned,
+                                notify=self.notify)
+        return self.add(bundle, name=name, allow_base_mismatch=allow_base_mismatch)
+
+    def add(self, bundle: VerifiedBundle, *, name: str | None = None,
+            allow_base_mismatch: bool = False) -> str:
+        """Attach an adapter verified already (`hubcli.local.attach.verify_adapter`); returns
+        its name and activates it.
+
+        Raises:
+            BaseMismatchError, AdapterError.
+        """
         from hubcli.local.attach import attach
 
-        manifest = attach(self.model, self.base.info, Path(directory), name=name,
-                          allow_unsigned=allow_unsigned, allow_base_mismatch=allow_base_mismatch,
-                          notify=self.notify)
+        manifest = attach(self.model, self.base.info, bundle, name=name,
+                          allow_base_mismatch=allow_base_mismatch, notify=self.notify)
         name = name or manifest["name"]
         self.manifests[name] = manifest
         self.activate(name)
@@ -147,12 +161,13 @@ def predict_each(folders: list[Path], texts: list[str], *, base: str | None = No
     Raises:
         SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError.
     """
-    from hubcli.format import manifest as manifest_io
-    from hubcli.local.attach import base_for
+    from hubcli.local.attach import base_for, verify_adapter
 
-    hub = AdapterHub(base_for(manifest_io.read(Path(folders[0])), base), notify=notify)
-    names = [hub.load(f, allow_unsigned=allow_unsigned, allow_base_mismatch=allow_base_mismatch)
-             for f in folders]
+    # every adapter is verified before the base loads, and only once
+    bundles = [verify_adapter(Path(f), allow_unsigned=allow_unsigned, notify=notify)
+               for f in folders]
+    hub = AdapterHub(base_for(bundles[0].manifest, base), notify=notify)
+    names = [hub.add(b, allow_base_mismatch=allow_base_mismatch) for b in bundles]
     preds = hub.predict(texts, compose=Parallel(*names)) if len(names) > 1 else [
         {names[0]: p} for p in hub.predict(texts, adapter=names[0])]
     return hub, names, preds

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
+# How much of a file is read, copied or streamed at a time, client and registry alike.
 CHUNK = 1 << 20
 
 
@@ -87,7 +88,16 @@ def read_json_cache(path: Path) -> dict:
 
 def sha256_file(path: Path) -> str:
     """Hex SHA-256 of a file, read in 1 MiB chunks."""
-    h = hashlib.sha256()
+    return _hash_file(hashlib.sha256(), path)
+
+
+def git_blob_oid(path: Path) -> str:
+    """Git's blob id of a file: hex SHA-1 of "blob <size>\\0" + its bytes (how the Hugging Face
+    API names a file that is not in LFS)."""
+    return _hash_file(hashlib.sha1(b"blob %d\0" % os.path.getsize(path)), path)
+
+
+def _hash_file(h, path: Path) -> str:
     with open(path, "rb") as f:
         while chunk := f.read(CHUNK):
             h.update(chunk)

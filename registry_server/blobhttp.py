@@ -12,7 +12,8 @@ from flask import Flask, Response, current_app, request
 from werkzeug.exceptions import RequestedRangeNotSatisfiable
 from werkzeug.wsgi import wrap_file
 
-from registry_server.storage import CHUNK, BlobStorage, make_storage
+from hubcli.fsutil import CHUNK
+from registry_server.storage import BlobStorage, make_storage
 
 EXTENSION = "registry_storage"
 OCTET_STREAM = "application/octet-stream"

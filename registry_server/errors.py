@@ -16,6 +16,7 @@ from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from hubcli.errors import AuthError, ConflictError, HubError, NotFoundError, RegistryError
+from hubcli.format import error_codes as codes
 
 log = logging.getLogger(__name__)
 
@@ -38,53 +39,53 @@ class ApiError(RegistryError):
 class BadRequest(ApiError):
     """Malformed input: bad JSON, bad names, wrong field types."""
 
-    code = "BadRequest"
+    code = codes.BAD_REQUEST
 
 
 class PayloadTooLarge(ApiError):
     status = 413
-    code = "PayloadTooLarge"
+    code = codes.PAYLOAD_TOO_LARGE
 
 
 class Unauthorized(ApiError, AuthError):
     """No token, or a token that is unknown or revoked."""
 
     status = 401
-    code = "Unauthorized"
+    code = codes.UNAUTHORIZED
 
 
 class Forbidden(ApiError, AuthError):
     """Authenticated, but not allowed (read-only token, not a member)."""
 
     status = 403
-    code = "Forbidden"
+    code = codes.FORBIDDEN
 
 
 class RepoNotFound(ApiError, NotFoundError):
     status = 404
-    code = "RepoNotFound"
+    code = codes.REPO_NOT_FOUND
 
 
 class RevisionNotFound(ApiError, NotFoundError):
     status = 404
-    code = "RevisionNotFound"
+    code = codes.REVISION_NOT_FOUND
 
 
 class EntryNotFound(ApiError, NotFoundError):
     status = 404
-    code = "EntryNotFound"
+    code = codes.ENTRY_NOT_FOUND
 
 
 class NotFound(ApiError, NotFoundError):
     """Something other than a repo, revision or file: a user, a key, a token."""
 
     status = 404
-    code = "NotFound"
+    code = codes.NOT_FOUND
 
 
 class Conflict(ApiError, ConflictError):
     status = 409
-    code = "Conflict"
+    code = codes.CONFLICT
 
 
 class KeyProofRejected(ApiError, AuthError):
@@ -92,7 +93,7 @@ class KeyProofRejected(ApiError, AuthError):
     one that is unknown, used, expired or another user's, or a signature that does not verify."""
 
     status = 403
-    code = "KeyProofRejected"
+    code = codes.KEY_PROOF_REJECTED
 
 
 class Rejected(ApiError):
@@ -100,13 +101,13 @@ class Rejected(ApiError):
     that names another adapter."""
 
     status = 422
-    code = "InvalidBundle"
+    code = codes.INVALID_BUNDLE
 
 
 class SignatureRejected(Rejected):
     """An upload not signed by a key registered to the pushing account."""
 
-    code = "InvalidSignature"
+    code = codes.INVALID_SIGNATURE
 
 
 def error_response(message: str, status: int, *, code: str | None = None,
@@ -159,8 +160,8 @@ def _hub_error(e: HubError) -> Response:
 
 
 def _http_error(e: HTTPException) -> Response:
-    code = {404: "NotFound", 405: "MethodNotAllowed", 413: "PayloadTooLarge",
-            416: "RangeNotSatisfiable"}.get(e.code or 500)
+    code = {404: codes.NOT_FOUND, 405: codes.METHOD_NOT_ALLOWED, 413: codes.PAYLOAD_TOO_LARGE,
+            416: codes.RANGE_NOT_SATISFIABLE}.get(e.code or 500)
     response = error_response(e.description or e.name, e.code or 500, code=code)
     for name in ("Content-Range", "Allow"):
         if e.get_response().headers.get(name):
@@ -175,12 +176,12 @@ def _os_error(e: OSError) -> Response:
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         log.error("storage full on %s %s: %s", request.method, request.path, e)
         return error_response("the registry's storage is full; nothing was changed", 507,
-                              code="InsufficientStorage",
+                              code=codes.INSUFFICIENT_STORAGE,
                               hint="try again later; the registry's operator must free space")
     if e.errno == errno.EROFS:
         log.error("storage read-only on %s %s: %s", request.method, request.path, e)
         return error_response("the registry's storage is read-only; nothing was changed", 503,
-                              code="StorageUnavailable",
+                              code=codes.STORAGE_UNAVAILABLE,
                               hint="try again later; the registry's operator must make it "
                                    "writable")
     return _unexpected(e)
@@ -189,7 +190,7 @@ def _os_error(e: OSError) -> Response:
 def _unexpected(e: Exception) -> Response:
     # Logged with the path only: request headers (and so tokens) never reach the log.
     log.exception("internal error on %s %s", request.method, request.path)
-    return error_response("internal server error", 500, code="InternalError")
+    return error_response("internal server error", 500, code=codes.INTERNAL_ERROR)
 
 
 def init_app(app: Flask) -> None:

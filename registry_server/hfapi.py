@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
+from hubcli.format import error_codes as codes
 from hubcli.format.manifest import WEIGHTS
 from registry_server import hf_commit, staging
 from registry_server.auth import current_user, require_token, require_user
@@ -149,7 +150,7 @@ def commit(repo_type: str, namespace: str, name: str, revision: str) -> Response
 @bp.get(f"/api/<{REPO_TYPES}:repo_type>/<namespace>/<name>/xet-write-token/<revision>")
 @bp.get(f"/api/<{REPO_TYPES}:repo_type>/<namespace>/<name>/xet-read-token/<revision>")
 def xet_token(repo_type: str, namespace: str, name: str, revision: str) -> Response:
-    return error_response("this registry does not speak Xet", 501, code="XetUnsupported",
+    return error_response("this registry does not speak Xet", 501, code=codes.XET_UNSUPPORTED,
                           hint="set HF_HUB_DISABLE_XET=1 (the registry answers 'regular' "
                                "uploads unless LFS is enabled)")
 

@@ -19,9 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import urlparse
 
-from hubcli.fsutil import atomic_copy
-
-CHUNK = 1 << 20
+from hubcli.fsutil import CHUNK, atomic_copy
 
 
 class BlobStorage(ABC):

@@ -73,10 +73,10 @@ def test_base_filter_resolution(tmp_path):
 
 
 def test_base_filter_from_a_local_folder_and_ambiguity(tmp_path, monkeypatch):
-    from hubcli.base.load import packaged_base_path
+    from hubcli.base.ref import packaged_base_path
 
     assert base_filter(str(packaged_base_path())) == (packaged_base_hash(), None)
-    monkeypatch.setattr("hubcli.base.ref.known_bases", lambda: {
+    monkeypatch.setattr("hubcli.base.ref._remembered_bases", lambda: {
         "sha256:" + "01" * 32: {"name": "minilm-finetuned", "path": "/x"}})
     with pytest.raises(UsageError, match="matches several local bases"):
         base_filter("minilm")

@@ -52,6 +52,27 @@ def test_matches_transformers_bert_in_eval(tiny_base_dir, batch):
     assert diff.abs().max().item() <= 1e-6
 
 
+@pytest.mark.parametrize("act", sorted(ops.ACTIVATION_FUNCTIONS))
+def test_every_activation_in_the_one_table_matches_transformers(tmp_path, tiny_base_dir, batch,
+                                                                act):
+    """The table serves BERT's hidden_act too: under each name, transformers computes the same."""
+    for f in ("model.safetensors", "config.json"):
+        (tmp_path / f).write_bytes((tiny_base_dir / f).read_bytes())
+    (tmp_path / "config.json").write_text(json.dumps({**_config(tiny_base_dir), "hidden_act": act}))
+    ours = load_encoder(tmp_path, _config(tmp_path))
+    assert isinstance(ours, CompactBert)
+    with torch.no_grad():
+        diff = (_real_tokens(ours(**batch).last_hidden_state, batch)
+                - _real_tokens(_transformers_bert(tmp_path)(**batch).last_hidden_state, batch))
+    assert diff.abs().max().item() <= 1e-6
+
+
+def test_the_activation_table_covers_the_schemas_words():
+    from hubcli.format.vocab import ACTIVATIONS
+
+    assert set(ACTIVATIONS) <= set(ops.ACTIVATION_FUNCTIONS)
+
+
 def test_same_adapter_gives_same_logits_on_either_encoder(tiny_base_dir, batch):
     logits = []
     for encoder in (load_encoder(tiny_base_dir, _config(tiny_base_dir)),

@@ -10,7 +10,7 @@ import torch
 from factories import LORA, make_adapter_dir
 
 from hubcli.format import manifest as manifest_io
-from hubcli.local.attach import attach
+from hubcli.local.attach import attach, verify_adapter
 from hubcli.bundle import check_bundle, make_bundle
 from hubcli.base.load import load_base
 from hubcli.core.config import HoulsbyConfig, LoraConfig, config_from_manifest
@@ -101,7 +101,8 @@ def test_an_adapter_folder_written_before_lora_loads_and_predicts_as_before(tiny
     expected = json.loads((OLD.parent / "houlsby-v1.expected.json").read_text())
     base = load_base(str(tiny_base_dir))
     model = AdapterModel(base.encoder)
-    manifest = attach(model, base.info, OLD, allow_base_mismatch=True, allow_unsigned=True)
+    manifest = attach(model, base.info, verify_adapter(OLD, allow_unsigned=True),
+                      allow_base_mismatch=True)
     assert "type" in manifest["architecture"] and manifest["architecture"]["type"] == "houlsby"
     model.activate(manifest["name"])
     model.eval()

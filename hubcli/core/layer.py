@@ -20,9 +20,8 @@ from torch import nn
 
 from hubcli.core.composition import Block, Fuse, Stack
 from hubcli.core.config import AdapterConfig, LoraConfig
+from hubcli.core.ops import ACTIVATION_FUNCTIONS
 from hubcli.core.routing import Route
-
-_ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}
 
 
 class BottleneckAdapter(nn.Module):
@@ -31,7 +30,7 @@ class BottleneckAdapter(nn.Module):
     def __init__(self, d: int, m: int, *, non_linearity: str = "gelu", init_scale: float = 1e-3):
         super().__init__()
         self.down = nn.Linear(d, m)
-        self.act = _ACTIVATIONS[non_linearity]()
+        self.act = ACTIVATION_FUNCTIONS[non_linearity]
         self.up = nn.Linear(m, d)
         self.reset_parameters(init_scale)
 

@@ -1,4 +1,5 @@
-"""Small tensor operations the compact encoder needs, tuned for the CPU.
+"""Small tensor operations the compact encoder and the adapters need: the activation table,
+and a dropout tuned for the CPU.
 
 `dropout` exists because `torch.nn.functional.dropout` draws one Bernoulli sample per element
 through the CPU generator, which cost ~9% of an adapter training step on MiniLM (13 dropouts
@@ -9,10 +10,18 @@ per step on (32, L, 384) tensors). Drawing 64 random bits at once and reading th
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
 _SPAN = 1 << 16
+
+# The one activation table: adapters' `non_linearity` (the schema's words, format.vocab's
+# ACTIVATIONS) and the compact BERT's `hidden_act`. Under these names transformers' ACT2FN
+# computes the same functions (GELU is the exact, erf-based one), so either reads it.
+ACTIVATION_FUNCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": F.gelu, "relu": F.relu, "tanh": torch.tanh, "silu": F.silu}
 
 
 def keep_mask(shape: torch.Size, p: float, device: torch.device) -> torch.Tensor:

@@ -114,10 +114,13 @@ def load_predictor(path: Path, *, base: str | None = None, allow_base_mismatch: 
                    notify: Callable[[str], None] = lambda _msg: None) -> Predictor:
     """Load the base and attach the adapter in `path` (or load a full fine-tune folder).
 
+    The adapter folder is verified once (`verify_adapter`); loading and attaching use that.
+
     Raises:
         AdapterError / ManifestError / BundleError: the folder is not usable.
         SignatureError: unsigned or untrusted, and not allowed.
         BaseMismatchError: the base differs from the one it was trained on.
+        ModelError: the base cannot be loaded.
     """
     from hubcli.local.finetune_dir import is_finetune_dir, load_finetune_dir
 
@@ -128,11 +131,12 @@ def load_predictor(path: Path, *, base: str | None = None, allow_base_mismatch: 
         model, tokenizer, doc = load_finetune_dir(path)
         return Predictor(model, tokenizer, get_task(doc["task"]), list(doc["head"].get("labels", ())),
                          int(doc["training"].get("max_length", DEFAULT_MAX_LENGTH)), None, path)
-    from hubcli.local.attach import attach_to_fresh_base
+    from hubcli.local.attach import attach_to_fresh_base, verify_adapter
 
-    model, loaded, manifest = attach_to_fresh_base(
-        path, base=base, allow_base_mismatch=allow_base_mismatch,
-        allow_unsigned=allow_unsigned, notify=notify)
+    bundle = verify_adapter(path, allow_unsigned=allow_unsigned, notify=notify)
+    model, loaded = attach_to_fresh_base(bundle, base=base,
+                                         allow_base_mismatch=allow_base_mismatch, notify=notify)
+    manifest = bundle.manifest
     return Predictor(model, loaded.tokenizer, get_task(manifest["task"]),
                      list(manifest["head"]["labels"]),
                      int(manifest["training"].get("max_length", DEFAULT_MAX_LENGTH)), manifest, path)

@@ -10,7 +10,6 @@ native JSON API under /api/v1.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from urllib.parse import quote, urlsplit
 from hubcli.bundle import ALLOWED_FILES, SIGNATURE, check_bundle
 from hubcli.format.bundle_rules import list_files
 from hubcli.errors import ConflictError, NoSignatureError, UsageError
-from hubcli.fsutil import CHUNK
+from hubcli.fsutil import git_blob_oid, sha256_file
 from hubcli.remote.errors import login_hint, translated
 
 if TYPE_CHECKING:
@@ -191,20 +190,9 @@ def _tag_target(api, repo_id: str, version: str) -> str | None:
     return None
 
 
-def git_blob_oid(path: Path) -> str:
-    """Git's blob id of a file: SHA-1 of "blob <size>\\0" + content."""
-    h = hashlib.sha1(b"blob %d\0" % Path(path).stat().st_size)
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _require_same_files(api, repo_id: str, version: str, directory: Path,
                         sizes: dict[str, int]) -> None:
     """Raises: ConflictError: the published version's bundle files differ from ours."""
-    from hubcli.fsutil import sha256_file
-
     remote = {f.path: f for f in api.list_repo_tree(repo_id, revision=version, recursive=True)
               if f.path in ALLOWED_FILES}
     differ = sorted(set(remote) ^ set(sizes))

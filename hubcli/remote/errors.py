@@ -10,13 +10,26 @@ from typing import TYPE_CHECKING
 
 from hubcli.errors import (AuthError, ConflictError, HubError, NotFoundError, RegistryError,
                            UsageError)
+from hubcli.format import error_codes as codes
 
 if TYPE_CHECKING:
     from hubcli.remote.client import Remote
 
-# The registry's error codes whose own hint names server-side steps; ours names the command.
-CODE_HINTS = {"InvalidSignature": "register your public key with `hub keys upload`, then push "
-                                  "again (sign with the same key: `hub sign DIR`)"}
+# The hint for each error code the registry sends (hubcli.format.error_codes), where no
+# branch of `_from_answer` decides it from the status first. None: the registry's own hint
+# stands (it says what to fix in the request); a text replaces a hint that names server-side
+# steps with the command to run.
+CODE_HINTS: dict[str, str | None] = {
+    codes.INVALID_SIGNATURE: "register your public key with `hub keys upload`, then push again "
+                             "(sign with the same key: `hub sign DIR`)",
+    **{code: None for code in (
+        codes.BAD_REQUEST, codes.PAYLOAD_TOO_LARGE, codes.UNAUTHORIZED, codes.FORBIDDEN,
+        codes.REPO_NOT_FOUND, codes.REVISION_NOT_FOUND, codes.ENTRY_NOT_FOUND, codes.NOT_FOUND,
+        codes.CONFLICT, codes.KEY_PROOF_REJECTED, codes.INVALID_BUNDLE,
+        codes.METHOD_NOT_ALLOWED, codes.RANGE_NOT_SATISFIABLE, codes.INSUFFICIENT_STORAGE,
+        codes.STORAGE_UNAVAILABLE, codes.INTERNAL_ERROR, codes.XET_UNSUPPORTED,
+        codes.CSRF_REJECTED)},
+}
 
 
 @contextmanager
@@ -77,7 +90,7 @@ def _from_answer(e, remote: Remote, repo_id: str | None, revision: str | None) -
     status = e.response.status_code if e.response is not None else None
     message, hint, code = _server_explanation(e)
     where = dict(repo_id=repo_id, revision=revision, status=status)
-    if status == 401 and code != "RepoNotFound":
+    if status == 401 and code != codes.REPO_NOT_FOUND:
         # huggingface_hub reports any 401 on a repository URL as RepositoryNotFoundError
         if _sent_token(e):
             return AuthError(f"{endpoint} refused the token: {message}",
@@ -102,7 +115,7 @@ def _from_answer(e, remote: Remote, repo_id: str | None, revision: str | None) -
     if status == 409:
         return ConflictError(f"{endpoint}: {message}", hint=hint, **where)
     return RegistryError(f"{endpoint} answered {status}: {message}",
-                         hint=CODE_HINTS.get(code or "", hint), **where)
+                         hint=CODE_HINTS.get(code or "") or hint, **where)
 
 
 def _server_explanation(e) -> tuple[str, str | None, str | None]:

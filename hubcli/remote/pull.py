@@ -166,10 +166,10 @@ def _yank_warning(remote: Remote, record: pulled.PullRecord) -> list[str]:
 
 def describe_base(manifest: dict) -> str:
     """Where the adapter's base will come from: found locally, or fetched when first used."""
-    from hubcli.base.ref import locate_base
+    from hubcli.base.ref import find_base
 
     base = manifest["base_model"]
-    path = locate_base(base["content_hash"])
+    path = find_base(base["content_hash"])
     if path:
         return f"base {base['name']} is on this machine ({path})"
     missing = f"base {base['name']} ({base['content_hash'][:19]}…) is not on this machine"

@@ -14,20 +14,29 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from hubcli.format.bundle_rules import check_contents, check_names, hash_files, list_files
+from hubcli.format import manifest as manifest_io
+from hubcli.format.bundle_rules import (check_listed_files, check_names, check_weights,
+                                        hash_files, list_files)
 from hubcli.errors import NoSignatureError, UntrustedSignerError
 from hubcli.fsutil import atomic_write_text, sha256_file
 from hubcli.format.manifest import MANIFEST, WEIGHTS
 from hubcli.settings import TRAINED_FILE, home_path
 from hubcli.signing import trust
-from hubcli.signing.verify import signer_name, verify_digests
+from hubcli.signing.verify import check_signer_claim, signer_name, verify_digests
 
 # Enough for any realistic history; keeps the file (read on every attach) small.
 MAX_RECORDS = 1000
 
 
 @dataclass(frozen=True)
-class AttachVerdict:
+class VerifiedBundle:
+    """An adapter folder checked once, by `check_attach`: signature (or why it may be attached
+    without one), file digests, manifest and weights header. Loading and attaching take this
+    value, so nothing in the folder is read, parsed or hashed a second time."""
+
+    directory: Path
+    manifest: dict[str, Any]  # validated against the schema, consistent with the files
+    digests: dict[str, str]  # file name -> hex SHA-256, the signature excluded
     status: Literal["trusted", "self-trained", "unsigned-allowed"]
     key_id: str | None
     signer_name: str | None
@@ -67,46 +76,57 @@ def is_self_trained(adapter_sha256: str | None, manifest_sha256: str | None) -> 
 
 
 def check_attach(directory: Path, *, allow_unsigned: bool = False,
-                 extra_public_keys: Iterable[bytes] = ()) -> AttachVerdict:
+                 extra_public_keys: Iterable[bytes] = ()) -> VerifiedBundle:
     """Decide whether the adapter in `directory` may be attached, checking its signature
     (trust store plus `extra_public_keys`, e.g. keys a registry advertises for a namespace),
-    its file digests and its weights header. Each file is hashed once.
+    its file digests and its weights header. Each file is hashed once, the manifest validated
+    once; the result carries all of it (see `VerifiedBundle`).
 
     Raises:
         NoSignatureError, UntrustedSignerError: unsigned/untrusted, not trained here, and
             `allow_unsigned` is false.
         InvalidSignatureError, TamperedError: a signature that does not verify, or files that
             changed after signing; refused even with `allow_unsigned`.
-        BundleError, ManifestError: the folder is malformed or its digests do not match.
+        ManifestError: manifest.json is missing or invalid (checked first).
+        BundleError: the folder is malformed or its digests do not match.
     """
     directory = Path(directory)
+    # The manifest first: pointed at a folder that is no adapter at all, a user needs "no
+    # manifest.json here", not "not signed". Parsed and validated here only, once.
+    manifest = manifest_io.read(directory)
     sizes = list_files(directory)
     digests = hash_files(directory, sizes)
     try:
         key = verify_digests(directory, trust.accepted_keys(extra_public_keys), digests)
     except (NoSignatureError, UntrustedSignerError) as refusal:
-        key, verdict = None, _unverified(directory, digests, refusal, allow_unsigned)
+        key, (status, message) = None, _unverified(directory, digests, refusal, allow_unsigned)
     check_names(directory, sizes)
-    manifest = check_contents(directory, sizes, digests)
+    check_listed_files(directory, manifest, sizes, digests)
+    check_weights(directory, manifest)
     if key is None:
-        return verdict
+        return VerifiedBundle(directory, manifest, digests, status, None, None, message)
+    check_signer_claim(directory, manifest.get("signer", {}), key)
     name = signer_name(key, manifest)
-    return AttachVerdict("trusted", key.key_id, name, f"verified: {directory} is signed by "
-                                                      f"{trust.signer_label(name, key.key_id)}")
+    return VerifiedBundle(directory, manifest, digests, "trusted", key.key_id, name,
+                          f"verified: {directory} is signed by "
+                          f"{trust.signer_label(name, key.key_id)}")
 
 
 def _unverified(directory: Path, digests: dict[str, str],
                 refusal: NoSignatureError | UntrustedSignerError,
-                allow_unsigned: bool) -> AttachVerdict:
+                allow_unsigned: bool) -> tuple[Literal["self-trained", "unsigned-allowed"], str]:
+    """(status, message) for an adapter that may be attached without a trusted signature.
+
+    Raises:
+        NoSignatureError, UntrustedSignerError: `refusal`, when it may not.
+    """
     what = ("not signed" if isinstance(refusal, NoSignatureError)
             else "signed by a key that is not trusted")
     if is_self_trained(digests.get(WEIGHTS), digests.get(MANIFEST)):
-        return AttachVerdict("self-trained", None, None,
-                             f"notice: {directory} is {what}; using it because you trained it "
-                             "on this machine (sign it with `hub sign` before sharing it)")
+        return ("self-trained", f"notice: {directory} is {what}; using it because you trained "
+                "it on this machine (sign it with `hub sign` before sharing it)")
     if allow_unsigned:
-        return AttachVerdict("unsigned-allowed", None, None,
-                             f"warning: {directory} is {what}; attaching it anyway because of "
-                             "--allow-unsigned")
+        return ("unsigned-allowed", f"warning: {directory} is {what}; attaching it anyway "
+                "because of --allow-unsigned")
     refusal.hint = f"{refusal.hint}; or pass --allow-unsigned to use it anyway"
     raise refusal

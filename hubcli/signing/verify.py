@@ -39,7 +39,8 @@ class VerifyResult:
 
 
 def _claimed_signer(directory: Path) -> dict[str, Any]:
-    """manifest.json's "signer", read leniently: only for messages and the claim check."""
+    """manifest.json's "signer", read leniently, where no parsed manifest is at hand: for the
+    refusal's message, and `verify_signature`'s claim check."""
     try:
         signer = safejson.loads((directory / MANIFEST).read_text(encoding="utf-8")).get("signer")
     except (OSError, ValueError, AttributeError):
@@ -160,7 +161,8 @@ def compare_digests(directory: Path, signed: dict[str, str], actual: dict[str, s
 def verify_digests(directory: Path, candidates: Iterable[TrustedKey],
                    digests: dict[str, str]) -> TrustedKey:
     """Verify `model.sig` against `candidates` and the already computed file `digests`
-    (every file but the signature). Returns the candidate that signed.
+    (every file but the signature). Returns the candidate that signed. The manifest's signer
+    claim is the caller's to check, with the parsed manifest (`check_signer_claim`).
 
     Raises:
         NoSignatureError, UntrustedSignerError, InvalidSignatureError, TamperedError.
@@ -173,12 +175,22 @@ def verify_digests(directory: Path, candidates: Iterable[TrustedKey],
                                     "`hub keygen`)")
     key, signed = _signed_digests(_read_signature(path), list(candidates), directory)
     compare_digests(directory, signed, digests)
-    claimed = _claimed_signer(directory).get("key_id")
+    return key
+
+
+def check_signer_claim(directory: Path, claim: dict[str, Any], key: TrustedKey) -> None:
+    """The signer the manifest names (its "signer" object, `claim`) is the key that signed.
+    Run with the parsed manifest: `verify_digests` proved it is the signed one, so the file is
+    not read again for this.
+
+    Raises:
+        InvalidSignatureError: the manifest names another key.
+    """
+    claimed = claim.get("key_id")
     if claimed and claimed != key.key_id:
         raise InvalidSignatureError(f"{directory}: {MANIFEST} names signer {claimed}, but the "
                                     f"signature was made by {key.key_id}",
                                     hint="re-sign with the key the manifest names")
-    return key
 
 
 def verify_signature(directory: Path, public_keys: list[bytes]) -> str:
@@ -191,7 +203,9 @@ def verify_signature(directory: Path, public_keys: list[bytes]) -> str:
     """
     directory = Path(directory)
     digests = hash_files(directory, list_files(directory))
-    return verify_digests(directory, trust.unnamed(public_keys), digests).key_id
+    key = verify_digests(directory, trust.unnamed(public_keys), digests)
+    check_signer_claim(directory, _claimed_signer(directory), key)
+    return key.key_id
 
 
 def verify_bundle(directory: Path, *, extra_public_keys: Iterable[bytes] = ()) -> VerifyResult:
@@ -208,6 +222,7 @@ def verify_bundle(directory: Path, *, extra_public_keys: Iterable[bytes] = ()) -
     key = verify_digests(directory, trust.accepted_keys(extra_public_keys), digests)
     check_names(directory, sizes)
     manifest = check_contents(directory, sizes, digests)
+    check_signer_claim(directory, manifest.get("signer", {}), key)
     return VerifyResult(directory, key.key_id, signer_name(key, manifest), manifest)
 
 

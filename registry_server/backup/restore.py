@@ -17,9 +17,10 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Table, func, select, text
 
 from hubcli.errors import BackupError
+from hubcli.fsutil import CHUNK
 from registry_server.backup import archive
 from registry_server.backup.archive import Progress
-from registry_server.storage import CHUNK, BlobStorage
+from registry_server.storage import BlobStorage
 
 BATCH = 1000
 DAMAGED = "the archive is damaged; restore from another copy of it"

@@ -28,10 +28,10 @@ from hubcli.bundle import README
 from hubcli.format.bundle_rules import SIGNATURE, check_contents, check_names
 from hubcli.errors import (BundleError, HubError, ManifestError, SignatureError,
                            UntrustedSignerError)
-from hubcli.fsutil import CHUNK
+from hubcli.fsutil import git_blob_oid
 from hubcli.format.safejson import NUL, nul_field
 from hubcli.signing import trust
-from hubcli.signing.verify import verify_digests
+from hubcli.signing.verify import check_signer_claim, verify_digests
 from registry_server import semver
 from registry_server.db import insert_ignore
 from registry_server.errors import (BadRequest, Conflict, PayloadTooLarge, Rejected,
@@ -95,15 +95,6 @@ class _Entry:
     size: int
     source: Path | None = None  # a staged file, or None when the blob is stored already
     git_oid: str | None = None  # known for blobs a version holds already
-
-
-def git_blob_oid(path: Path) -> str:
-    """The git blob SHA-1 of a file (`blob <size>\\0` + bytes)."""
-    sha1 = hashlib.sha1(b"blob %d\0" % os.path.getsize(path))
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            sha1.update(chunk)
-    return sha1.hexdigest()
 
 
 def commit(session: Session, storage: BlobStorage, adapter: Adapter, user: User,
@@ -219,7 +210,9 @@ def _check_policy(session: Session, adapter: Adapter, user: User, bundle: Path,
         check_names(bundle, sizes, require_signature=True)
         digests = {path: entry.sha256 for path, entry in tree.items() if path != SIGNATURE}
         manifest = check_contents(bundle, sizes, digests)
-        signer = verify_digests(bundle, trust.unnamed(keys), digests).key_id
+        key = verify_digests(bundle, trust.unnamed(keys), digests)
+        check_signer_claim(bundle, manifest.get("signer", {}), key)
+        signer = key.key_id
     except (BundleError, ManifestError) as e:
         raise Rejected(_pusher_view(e, bundle), hint=e.hint) from None
     except UntrustedSignerError as e:

@@ -12,6 +12,7 @@ import secrets
 
 from flask import request, session
 
+from hubcli.format import error_codes as codes
 from registry_server.errors import ApiError
 
 FIELD = "csrf_token"
@@ -20,7 +21,7 @@ _KEY = "csrf"
 
 class CsrfRejected(ApiError):
     status = 400
-    code = "CsrfRejected"
+    code = codes.CSRF_REJECTED
 
 
 def token() -> str:
