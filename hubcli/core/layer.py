@@ -20,6 +20,7 @@ from torch import nn
 
 from hubcli.core.composition import Block, Fuse, Stack
 from hubcli.core.config import AdapterConfig, LoraConfig
+from hubcli.core.names import AdapterTable
 from hubcli.core.routing import Route
 
 _ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}
@@ -124,8 +125,8 @@ class AdapterLinear(nn.Module):
     def __init__(self, base_layer: nn.Linear):
         super().__init__()
         self.base_layer = base_layer
-        self.adapters = nn.ModuleDict()
-        self.fusions = nn.ModuleDict()
+        self.adapters = AdapterTable()
+        self.fusions = AdapterTable()
         self.active: Block | None = None
         self.route: Route | None = None
 
@@ -182,7 +183,7 @@ class DeltaLayerNorm(nn.Module):
     def __init__(self, base_layer: nn.LayerNorm):
         super().__init__()
         self.base_layer = base_layer
-        self.deltas = nn.ModuleDict()
+        self.deltas = AdapterTable()
         self.active: str | None = None
         self.route: Route | None = None
 

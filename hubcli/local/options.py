@@ -4,6 +4,8 @@ a bad option costs a one-line error, not a loaded base and a tokenised data set.
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hubcli.errors import OptionError
@@ -14,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def check_settings(s: TrainSettings) -> None:
-    """Refuse settings no training run could use.
+    """Refuse settings no training run could use, and an output folder it may not write.
 
     Raises:
         OptionError: naming the option, its value and the rule it breaks.
@@ -29,8 +31,52 @@ def check_settings(s: TrainSettings) -> None:
     if not VERSION.match(s.version):
         raise OptionError("--version", repr(s.version), "is not a semantic version",
                           hint="use MAJOR.MINOR.PATCH, e.g. 0.1.0 or 1.2.0-rc.1")
+    check_out(Path(s.out), overwrite=s.overwrite)
     if s.layers is not None:
         _check_layers(s.layers, s.base, s.base_revision)
+
+
+def check_out(out: Path, *, overwrite: bool) -> None:
+    """`out` can take a trained folder: new, empty, or (with `overwrite`) a trained folder,
+    which is replaced only once training succeeded (`fsutil.staged_dir`).
+
+    Raises:
+        OptionError: `out` is a file, the current folder or above it, a folder with files
+            (without `overwrite`, or not a trained folder), or in a folder that cannot be
+            written.
+    """
+    from hubcli.format.manifest import MANIFEST
+    from hubcli.local.finetune_dir import MARKER
+
+    here = Path.cwd()
+    if out.exists() and not out.is_dir():
+        raise OptionError("--out", out, "is a file, not a folder", hint="choose a folder name")
+    if out.resolve() in (here, *here.parents):
+        raise OptionError("--out", out, "is the current folder or above it",
+                          hint="name a folder for the adapter, e.g. --out ./my-adapter")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise OptionError("--out", out, "exists already",
+                              hint="pass --overwrite to replace it, or choose another --out")
+        if not ((out / MANIFEST).is_file() or (out / MARKER).is_file()):
+            raise OptionError("--out", out, "holds files that are not a trained adapter; "
+                              "--overwrite replaces only a folder `hub train` wrote",
+                              hint="choose a new or empty folder")
+    _check_writable(out)
+
+
+def _check_writable(out: Path) -> None:
+    """The folder that will hold `out` (its nearest existing ancestor) must be writable: the
+    trained folder is staged beside `out` and renamed into place."""
+    parent = out.resolve().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OptionError("--out", out, f"{parent} is a file, not a folder",
+                          hint="choose a path inside a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OptionError("--out", out, f"cannot write in {parent}",
+                          hint="choose a folder you can write to")
 
 
 def _check_layers(layers: tuple[int, ...], base: str | None, revision: str | None) -> None:
