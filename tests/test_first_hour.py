@@ -37,6 +37,8 @@ CASES = {
                             "error: --init-scale -1.0: must be a number >= 0 (a standard deviation)"),
     "version not semver": ([*TRAIN, "--version", "not a version"], None,
                            "error: --version 'not a version': is not a semantic version"),
+    "base folder missing": (["train", "--base", "{missing}", "--train", "{train}", "--out", "{new}"],
+                            None, "error: base model folder {missing} does not exist"),
     "out exists": ([*TRAIN[:-1], "{adapter}"], None, "error: --out {adapter}: exists already"),
     "out is a file": ([*TRAIN[:-1], "{file}"], None, "error: --out {file}: is a file, not a folder"),
     "overwrite what no training wrote": (

@@ -20,7 +20,8 @@ def check_settings(s: TrainSettings) -> None:
 
     Raises:
         OptionError: naming the option, its value and the rule it breaks.
-        ModelError: the base's config.json is missing or unreadable (to count its layers).
+        ModelError: the base is not found, or its config.json is missing or unreadable.
+        UnsupportedModelError: the base's model type has no adapter targets.
     """
     if s.lr is not None and not (math.isfinite(s.lr) and s.lr > 0):
         raise OptionError("--lr", s.lr, "the learning rate must be a positive number",
@@ -32,8 +33,7 @@ def check_settings(s: TrainSettings) -> None:
         raise OptionError("--version", repr(s.version), "is not a semantic version",
                           hint="use MAJOR.MINOR.PATCH, e.g. 0.1.0 or 1.2.0-rc.1")
     check_out(Path(s.out), overwrite=s.overwrite)
-    if s.layers is not None:
-        _check_layers(s.layers, s.base, s.base_revision)
+    _check_base(s.base, s.base_revision, s.layers)
 
 
 def check_out(out: Path, *, overwrite: bool) -> None:
@@ -79,13 +79,17 @@ def _check_writable(out: Path) -> None:
                           hint="choose a folder you can write to")
 
 
-def _check_layers(layers: tuple[int, ...], base: str | None, revision: str | None) -> None:
-    """Layer indices must exist in the base: counted from its config.json, weights untouched."""
+def _check_base(base: str | None, revision: str | None, layers: tuple[int, ...] | None) -> None:
+    """The base exists, its model type is supported, and `layers` exist in it: all read from
+    its config.json, weights untouched."""
     from hubcli.base.load import read_config, resolve_base
+    from hubcli.core.targets import targets_for
 
     name, path = resolve_base(base, revision)
-    count = int(read_config(path).get("num_hidden_layers", 0))
-    outside = sorted(i for i in set(layers) if not 0 <= i < count)
+    config = read_config(path)
+    targets_for(config.get("model_type", "?"))
+    count = int(config.get("num_hidden_layers", 0))
+    outside = sorted(i for i in set(layers or ()) if not 0 <= i < count)
     if count and outside:
         raise OptionError("--layers", _span(layers), f"no such layer: the base {name} has {count} "
                           f"layers, numbered 0-{count - 1}",
