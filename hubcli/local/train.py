@@ -104,8 +104,10 @@ def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
     """Train an adapter (or a full fine-tune) and write it to `s.out`.
 
     Raises:
-        DataError: unreadable or inconsistent data (file and line named).
-        UsageError: inconsistent settings.
+        DataError: unreadable or inconsistent data (file and line named), or a single class
+            for classification.
+        UsageError / OptionError: inconsistent settings, or an --out folder that exists
+            (without `overwrite`) or cannot be written; all raised before the base loads.
         ModelError / UnsupportedModelError: the base model cannot be used.
     """
     import torch
