@@ -110,10 +110,6 @@ def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
             (without `overwrite`) or cannot be written; all raised before the base loads.
         ModelError / UnsupportedModelError: the base model cannot be used.
     """
-    import torch
-
-    from hubcli.base.load import load_base
-
     if (s.epochs is not None and s.epochs < 1) or s.batch_size < 1 or s.max_length < 8:
         raise UsageError("--epochs and --batch-size must be >= 1 and --max-length >= 8")
     check_settings(s)  # before the base loads or any data is read
@@ -125,6 +121,10 @@ def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
         raise DataError("no training examples", path=str(s.train))
     labels = task.label_names(train_ex)
     task.check_training_labels(labels, Path(s.train))
+    import torch  # only now: every check above answers in a fraction of a second without it
+
+    from hubcli.base.load import load_base
+
     torch.manual_seed(s.seed)
     base = load_base(s.base, revision=s.base_revision)
     train_feats = task.encode(train_ex, base.tokenizer, labels, s.max_length)
