@@ -43,6 +43,7 @@ class QuickstartSettings:
     port: int = 0  # 0: any free port
     keep_serving: bool = False
     sentences: tuple[str, ...] = SENTENCES
+    quiet: bool = True  # False: `hub train`'s progress bar and one line per epoch while training
 
 
 @dataclass(frozen=True)
@@ -93,10 +94,11 @@ class _Steps:
         self.on_step(step)
 
 
-def run(settings: QuickstartSettings,
-        on_step: Callable[[Step], None] = lambda _s: None) -> QuickstartResult:
-    """Run the loop; `on_step` hears of each step as it finishes. With `keep_serving` the
-    registry is still running on return (stop it with `result.close()`).
+def run(settings: QuickstartSettings, on_step: Callable[[Step], None] = lambda _s: None,
+        log: Callable[[str], None] = lambda _m: None) -> QuickstartResult:
+    """Run the loop; `on_step` hears of each step as it finishes, `log` of each training
+    epoch. With `keep_serving` the registry is still running on return (stop it with
+    `result.close()`).
 
     Raises:
         UsageError: `settings.workdir` is not empty; the server dependencies are missing.
@@ -111,7 +113,7 @@ def run(settings: QuickstartSettings,
     result = QuickstartResult("", "", workdir, [], registry=registry, workdir=workdir,
                               temporary=temporary)
     try:
-        _loop(settings, workdir, registry, _Steps(on_step), result)
+        _loop(settings, workdir, registry, _Steps(on_step), result, log)
     except BaseException:
         result.close()
         raise
@@ -122,7 +124,7 @@ def run(settings: QuickstartSettings,
 
 
 def _loop(s: QuickstartSettings, workdir: Path, registry: LocalRegistry, step: _Steps,
-          into: QuickstartResult) -> None:
+          into: QuickstartResult, log: Callable[[str], None]) -> None:
     from hubcli.remote import credentials
     from hubcli.remote import client as remote
     from hubcli.bundle import make_bundle
@@ -131,7 +133,7 @@ def _loop(s: QuickstartSettings, workdir: Path, registry: LocalRegistry, step: _
     from hubcli.signing.sign import PASSPHRASE_ENV, create_signing_key, sign_bundle
 
     with step("train") as detail:
-        out, summary = _train(s, workdir)
+        out, summary = _train(s, workdir, log)
         detail.append(summary)
     with step("bundle") as detail:
         manifest = make_bundle(out)
@@ -173,7 +175,8 @@ def _loop(s: QuickstartSettings, workdir: Path, registry: LocalRegistry, step: _
     into.steps = step.done
 
 
-def _train(s: QuickstartSettings, workdir: Path) -> tuple[Path, str]:
+def _train(s: QuickstartSettings, workdir: Path, log: Callable[[str], None]
+           ) -> tuple[Path, str]:
     """Train the sentiment adapter into workdir; returns (folder, one-line summary)."""
     from hubcli.data import sample_dataset
     from hubcli.local.train import TrainSettings, train
@@ -181,11 +184,13 @@ def _train(s: QuickstartSettings, workdir: Path) -> tuple[Path, str]:
     train_tsv, dev_tsv = sample_dataset()
     if s.sample is not None:
         train_tsv = _head(train_tsv, s.sample, workdir / "train-sample.tsv")
+    log(f"training {ADAPTER_NAME} for {s.epochs} epochs on {train_tsv.name} (the first of "
+        f"{len(STEPS)} steps; one line per epoch)")
     result = train(TrainSettings(
         train=train_tsv, validation=dev_tsv, out=workdir / ADAPTER_NAME, name=ADAPTER_NAME,
-        epochs=s.epochs, max_length=s.max_length, quiet=True,
+        epochs=s.epochs, max_length=s.max_length, quiet=s.quiet,
         description="Sentiment (positive/negative) of short reviews; made by hub quickstart."),
-        log=lambda _m: None)
+        log=log)
     best = result.history[result.best_epoch - 1] if result.best_epoch else {}
     accuracy = f", dev accuracy {best['accuracy']:.3f}" if "accuracy" in best else ""
     return result.out, (f"{result.parameters['trainable']:,} trainable parameters, "

@@ -41,6 +41,10 @@ def resolve_base(ref: str | None, revision: str | None = None) -> tuple[str, Pat
     path = Path(ref).expanduser()
     if path.is_dir():
         return ref, path.resolve()
+    if ref.startswith(("./", "../", "/", "~")):  # spelt as a path: never try it as a Hub id
+        raise ModelError(f"base model folder {ref} does not exist" if not path.exists() else
+                         f"base model {ref} is not a folder",
+                         hint="pass a folder with config.json, or a Hub id like org/name")
     if path.exists() or ref.count("/") != 1:
         raise ModelError(f"base model {ref!r} is neither a model folder nor a Hub id",
                          hint="pass a folder with config.json, or an id like org/name")

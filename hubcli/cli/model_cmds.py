@@ -68,6 +68,8 @@ def attach_options(f):
               help="training data file")
 @click.option("--validation", type=click.Path(path_type=Path), help="validation data file")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="output folder")
+@click.option("--overwrite", is_flag=True,
+              help="replace an existing adapter folder at --out (once training succeeded)")
 @column_options
 @click.option("--base", help="base model folder or Hub id (default: packaged all-MiniLM-L6-v2)")
 @click.option("--base-revision", help="Hub revision of the base")
@@ -131,11 +133,11 @@ def train_cmd(train_path, fmt, text_column, text_pair_column, label_column, laye
 def eval_cmd(adapter, data, fmt, text_column, text_pair_column, label_column, as_json,
              **attach) -> None:
     """Score an adapter on labelled data."""
-    from hubcli.local.inference import load_predictor
+    from hubcli.local.inference import load_predictor, read_labelled
 
+    examples = read_labelled(adapter, data, fmt=fmt,
+                             columns=columns(text_column, text_pair_column, label_column))
     predictor = load_predictor(adapter, notify=notice, **attach)
-    examples = predictor.task.read(data, fmt=fmt,
-                                   columns=columns(text_column, text_pair_column, label_column))
     metrics = predictor.evaluate(examples)
     if as_json:
         echo_json({"adapter": str(adapter), "data": str(data), "examples": len(examples),
@@ -157,6 +159,7 @@ def predict_cmd(args, adapters, as_json, **attach) -> None:
 
     ADAPTER is a local folder or NS/NAME[@VERSION]; without it, the last adapter pulled.
     """
+    from hubcli.cli.inputs import checked_texts, stdin_texts
     from hubcli.local.inference import load_predictor
     from hubcli.remote.refs import resolve_adapter, split_adapter_and_texts
 
@@ -164,8 +167,9 @@ def predict_cmd(args, adapters, as_json, **attach) -> None:
         folders, texts = [resolve_adapter(a, notify=notice) for a in adapters], list(args)
     else:
         adapter, texts = split_adapter_and_texts(list(args), notify=notice)
+    texts = checked_texts(texts)
     if not texts and not sys.stdin.isatty():
-        texts = [line.rstrip("\n") for line in sys.stdin if line.strip()]
+        texts = stdin_texts(sys.stdin.buffer)
     if not texts:
         raise UsageError("no input texts", hint='pass texts as arguments or one per line on stdin')
     if adapters:

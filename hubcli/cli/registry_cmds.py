@@ -228,7 +228,8 @@ def search(words: tuple[str, ...], base: str | None, registry: str | None, token
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
               help="keep the adapter and the registry's data here [default: a temporary folder]")
 @click.option("--keep-serving", is_flag=True, help="keep the registry running until Ctrl-C")
-def quickstart(keep_serving: bool, **opts) -> None:
+@click.option("--quiet", is_flag=True, help="no progress bar or epoch lines while training")
+def quickstart(keep_serving: bool, quiet: bool, **opts) -> None:
     """Run the whole loop offline: train, bundle, sign, push to a local registry, pull, predict."""
     from hubcli import quickstart as qs
 
@@ -236,7 +237,8 @@ def quickstart(keep_serving: bool, **opts) -> None:
         click.echo(f"[{step.number:>2}/{len(qs.STEPS)}] {step.name:<11} {step.seconds:6.1f} s  "
                    f"{step.detail}")
 
-    result = qs.run(qs.QuickstartSettings(keep_serving=keep_serving, **opts), on_step=show)
+    result = qs.run(qs.QuickstartSettings(keep_serving=keep_serving, quiet=quiet, **opts),
+                    on_step=show, log=_say(quiet))
     table(["text", "prediction"], result.predictions)
     click.echo(f"done in {result.seconds:.1f} s; `hub predict \"some text\"` now uses {result.ref}")
     if not keep_serving:

@@ -49,7 +49,7 @@ class Stack(_Block):
 class Fuse(_Block):
     @property
     def name(self) -> str:
-        """The key of this fusion's own parameters and head (no dots: a module name)."""
+        """The name of this fusion's own parameters and head, as an adapter's."""
         return str(self)
 
 

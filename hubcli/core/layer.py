@@ -20,6 +20,7 @@ from torch import nn
 
 from hubcli.core.composition import Block, Fuse, Stack
 from hubcli.core.config import AdapterConfig, LoraConfig
+from hubcli.core.names import AdapterTable
 from hubcli.core.ops import ACTIVATION_FUNCTIONS
 from hubcli.core.routing import Route
 
@@ -123,8 +124,8 @@ class AdapterLinear(nn.Module):
     def __init__(self, base_layer: nn.Linear):
         super().__init__()
         self.base_layer = base_layer
-        self.adapters = nn.ModuleDict()
-        self.fusions = nn.ModuleDict()
+        self.adapters = AdapterTable()
+        self.fusions = AdapterTable()
         self.active: Block | None = None
         self.route: Route | None = None
         self.bypass = False  # adapters switched off here (ablation, AdapterDrop)
@@ -184,7 +185,7 @@ class DeltaLayerNorm(nn.Module):
     def __init__(self, base_layer: nn.LayerNorm):
         super().__init__()
         self.base_layer = base_layer
-        self.deltas = nn.ModuleDict()
+        self.deltas = AdapterTable()
         self.active: str | None = None
         self.route: Route | None = None
 

@@ -18,6 +18,7 @@ from hubcli.core.composition import Block, Fuse, Parallel, fusions_in, names_in,
 from hubcli.core.config import PLACEMENTS, AdapterConfig
 from hubcli.core.heads import HeadConfig, build_head
 from hubcli.core.layer import AdapterFusion, AdapterLinear, DeltaLayerNorm
+from hubcli.core.names import AdapterTable
 from hubcli.core.routing import BASE, Route
 from hubcli.format.spec import EXTRA_LAYERNORMS
 from hubcli.core.targets import targets_for
@@ -66,7 +67,7 @@ class AdapterModel(nn.Module):
                     layer, t.layernorms[placement], DeltaLayerNorm)
         for name in EXTRA_LAYERNORMS:
             self.layernorm_sites[name] = _swap(encoder, t.extra_layernorms[name], DeltaLayerNorm)
-        self.heads = nn.ModuleDict()
+        self.heads = AdapterTable()
         self.infos: dict[str, AdapterInfo] = {}
         self.active: str | None = None
 

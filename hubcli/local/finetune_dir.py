@@ -37,6 +37,11 @@ def write_finetune_dir(out: Path, model, base, task: str, training: dict, metric
         (tmp / MARKER).write_text(json.dumps(doc, indent=2) + "\n")
 
 
+def read_description(path: Path) -> dict:
+    """finetune.json of a full fine-tune folder (what it was trained for, on which base)."""
+    return json.loads((Path(path) / MARKER).read_text())
+
+
 def load_finetune_dir(path: Path):
     """The model, tokenizer and description (finetune.json) of a full fine-tune folder; the
     caller (`inference.load_predictor`) wraps them, so this module never imports inference."""
@@ -47,7 +52,7 @@ def load_finetune_dir(path: Path):
     from hubcli.core.model import FullFinetuneModel
 
     path = Path(path)
-    doc = json.loads((path / MARKER).read_text())
+    doc = read_description(path)
     head = HeadConfig.from_manifest(doc["head"])
     model = FullFinetuneModel(load_encoder(path, read_config(path)), head)
     model.head.load_state_dict(load_file(str(path / "head.safetensors")))

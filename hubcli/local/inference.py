@@ -140,3 +140,29 @@ def load_predictor(path: Path, *, base: str | None = None, allow_base_mismatch: 
     return Predictor(model, loaded.tokenizer, get_task(manifest["task"]),
                      list(manifest["head"]["labels"]),
                      int(manifest["training"].get("max_length", DEFAULT_MAX_LENGTH)), manifest, path)
+
+
+def read_labelled(adapter: Path, data: Path, *, fmt: str | None, columns) -> list:
+    """The examples of `data`, read with the task of the adapter (or full fine-tune) in
+    `adapter` before any model loads: a wrong file costs a one-line error, not a loaded base.
+
+    Raises:
+        ManifestError: `adapter` is not an adapter folder.
+        UsageError: `data`'s extension names a format the adapter's task does not read (the
+            message names the adapter and its task), or `fmt` does not apply.
+        DataError: see the task's read().
+    """
+    from hubcli.format import manifest as manifest_io
+    from hubcli.local.finetune_dir import is_finetune_dir, read_description
+    from hubcli.tasks import get_task
+
+    adapter = Path(adapter)
+    if is_finetune_dir(adapter):
+        task = get_task(read_description(adapter)["task"])
+        reader = f"the {task.name} model {adapter.name} (a full fine-tune)"
+    else:
+        manifest = manifest_io.read(adapter)
+        task = get_task(manifest["task"])
+        reader = f"the {task.name} adapter {manifest['name']}"
+    task.data_format(Path(data), fmt, reader=reader)
+    return task.read(Path(data), fmt=fmt, columns=columns)

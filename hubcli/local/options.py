@@ -4,6 +4,8 @@ a bad option costs a one-line error, not a loaded base and a tokenised data set.
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hubcli.errors import OptionError
@@ -14,11 +16,12 @@ if TYPE_CHECKING:
 
 
 def check_settings(s: TrainSettings) -> None:
-    """Refuse settings no training run could use.
+    """Refuse settings no training run could use, and an output folder it may not write.
 
     Raises:
         OptionError: naming the option, its value and the rule it breaks.
-        ModelError: the base's config.json is missing or unreadable (to count its layers).
+        ModelError: the base is not found, or its config.json is missing or unreadable.
+        UnsupportedModelError: the base's model type has no adapter targets.
     """
     if s.lr is not None and not (math.isfinite(s.lr) and s.lr > 0):
         raise OptionError("--lr", s.lr, "the learning rate must be a positive number",
@@ -29,17 +32,64 @@ def check_settings(s: TrainSettings) -> None:
     if not VERSION.match(s.version):
         raise OptionError("--version", repr(s.version), "is not a semantic version",
                           hint="use MAJOR.MINOR.PATCH, e.g. 0.1.0 or 1.2.0-rc.1")
-    if s.layers is not None:
-        _check_layers(s.layers, s.base, s.base_revision)
+    check_out(Path(s.out), overwrite=s.overwrite)
+    _check_base(s.base, s.base_revision, s.layers)
 
 
-def _check_layers(layers: tuple[int, ...], base: str | None, revision: str | None) -> None:
-    """Layer indices must exist in the base: counted from its config.json, weights untouched."""
+def check_out(out: Path, *, overwrite: bool) -> None:
+    """`out` can take a trained folder: new, empty, or (with `overwrite`) a trained folder,
+    which is replaced only once training succeeded (`fsutil.staged_dir`).
+
+    Raises:
+        OptionError: `out` is a file, the current folder or above it, a folder with files
+            (without `overwrite`, or not a trained folder), or in a folder that cannot be
+            written.
+    """
+    from hubcli.format.manifest import MANIFEST
+    from hubcli.local.finetune_dir import MARKER
+
+    here = Path.cwd()
+    if out.exists() and not out.is_dir():
+        raise OptionError("--out", out, "is a file, not a folder", hint="choose a folder name")
+    if out.resolve() in (here, *here.parents):
+        raise OptionError("--out", out, "is the current folder or above it",
+                          hint="name a folder for the adapter, e.g. --out ./my-adapter")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise OptionError("--out", out, "exists already",
+                              hint="pass --overwrite to replace it, or choose another --out")
+        if not ((out / MANIFEST).is_file() or (out / MARKER).is_file()):
+            raise OptionError("--out", out, "holds files that are not a trained adapter; "
+                              "--overwrite replaces only a folder `hub train` wrote",
+                              hint="choose a new or empty folder")
+    _check_writable(out)
+
+
+def _check_writable(out: Path) -> None:
+    """The folder that will hold `out` (its nearest existing ancestor) must be writable: the
+    trained folder is staged beside `out` and renamed into place."""
+    parent = out.resolve().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OptionError("--out", out, f"{parent} is a file, not a folder",
+                          hint="choose a path inside a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OptionError("--out", out, f"cannot write in {parent}",
+                          hint="choose a folder you can write to")
+
+
+def _check_base(base: str | None, revision: str | None, layers: tuple[int, ...] | None) -> None:
+    """The base exists, its model type is supported, and `layers` exist in it: all read from
+    its config.json, weights untouched."""
     from hubcli.base.load import read_config, resolve_base
+    from hubcli.core.targets import targets_for
 
     name, path = resolve_base(base, revision)
-    count = int(read_config(path).get("num_hidden_layers", 0))
-    outside = sorted(i for i in set(layers) if not 0 <= i < count)
+    config = read_config(path)
+    targets_for(config.get("model_type", "?"))
+    count = int(config.get("num_hidden_layers", 0))
+    outside = sorted(i for i in set(layers or ()) if not 0 <= i < count)
     if count and outside:
         raise OptionError("--layers", _span(layers), f"no such layer: the base {name} has {count} "
                           f"layers, numbered 0-{count - 1}",

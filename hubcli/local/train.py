@@ -54,6 +54,7 @@ class TrainSettings:
     version: str = "0.1.0"
     description: str | None = None
     quiet: bool = False
+    overwrite: bool = False  # replace an existing trained folder at `out`
 
     @property
     def learning_rate(self) -> float:
@@ -103,14 +104,12 @@ def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
     """Train an adapter (or a full fine-tune) and write it to `s.out`.
 
     Raises:
-        DataError: unreadable or inconsistent data (file and line named).
-        UsageError: inconsistent settings.
+        DataError: unreadable or inconsistent data (file and line named), or a single class
+            for classification.
+        UsageError / OptionError: inconsistent settings, or an --out folder that exists
+            (without `overwrite`) or cannot be written; all raised before the base loads.
         ModelError / UnsupportedModelError: the base model cannot be used.
     """
-    import torch
-
-    from hubcli.base.load import load_base
-
     if (s.epochs is not None and s.epochs < 1) or s.batch_size < 1 or s.max_length < 8:
         raise UsageError("--epochs and --batch-size must be >= 1 and --max-length >= 8")
     check_settings(s)  # before the base loads or any data is read
@@ -121,6 +120,11 @@ def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
     if not train_ex:
         raise DataError("no training examples", path=str(s.train))
     labels = task.label_names(train_ex)
+    task.check_training_labels(labels, Path(s.train))
+    import torch  # only now: every check above answers in a fraction of a second without it
+
+    from hubcli.base.load import load_base
+
     torch.manual_seed(s.seed)
     base = load_base(s.base, revision=s.base_revision)
     train_feats = task.encode(train_ex, base.tokenizer, labels, s.max_length)
@@ -199,8 +203,10 @@ class _Run:
         seen, busy = 0, 0.0
         for epoch in range(1, s.epochs + 1):
             self.model.train()
+            # smoothing=0: the rate shown is examples over the epoch's time so far, the figure
+            # TrainResult reports; tqdm's default moving average swings with batch length
             bar = tqdm(total=len(train_feats), desc=f"epoch {epoch}/{s.epochs}", unit="ex",
-                       disable=True if s.quiet else None, leave=False)
+                       disable=True if s.quiet else None, leave=False, smoothing=0)
             t0, total_loss = time.perf_counter(), 0.0
             for idx in training_batches(len(train_feats), lengths, s.batch_size, rng):
                 batch = task.collate([train_feats[i] for i in idx])
@@ -211,10 +217,10 @@ class _Run:
                 opt.step()
                 sched.step()
                 opt.zero_grad(set_to_none=True)
-                total_loss += loss.item() * len(idx)
+                value = loss.item()
+                total_loss += value * len(idx)
                 bar.update(len(idx))
-                bar.set_postfix(loss=f"{loss.item():.4f}",
-                                ex_s=f"{bar.n / (time.perf_counter() - t0):.0f}")
+                bar.set_postfix(loss=f"{value:.4f}")
             bar.close()
             busy += time.perf_counter() - t0
             seen += len(train_feats)

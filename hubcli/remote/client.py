@@ -127,10 +127,12 @@ def check_signed_bundle(directory: Path) -> dict[str, Any]:
     """The manifest of a complete, signed bundle in `directory`.
 
     Raises:
-        NoSignatureError: not signed. BundleError, ManifestError: not a well-formed bundle.
+        NoSignatureError: not signed. BundleError, ManifestError: not a folder, or not a
+            well-formed bundle.
     """
     directory = Path(directory)
-    if not (directory / SIGNATURE).is_file():
+    # listed first, so a missing folder is named as such rather than as "not signed"
+    if SIGNATURE not in list_files(directory):
         raise NoSignatureError(f"{directory}: not signed (no {SIGNATURE}); unsigned bundles "
                                "are not published",
                                hint=f"run `hub bundle {directory}` then `hub sign {directory}`")
@@ -163,7 +165,6 @@ def push_bundle(remote: Remote, directory: Path, *, repo_id: str | None = None,
             tagged = _tag_target(api, repo_id, version)
             if tagged is not None:
                 _require_same_files(api, repo_id, version, directory, sizes)
-                notify(f"{repo_id} {version} is published already with the same files")
                 return PushResult(repo_id, version, tagged, url, False, sizes)
             notify(f"uploading {len(sizes)} files ({sum(sizes.values()):,} bytes) to "
                    f"{repo_id} on {remote.endpoint}")

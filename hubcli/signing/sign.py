@@ -42,8 +42,9 @@ def sign_bundle(directory: Path, private_key_path: Path | None = None,
     """
     directory = Path(directory)
     private_key_path = Path(private_key_path) if private_key_path else keys.private_key_path()
-    kid = keys.key_id(keys.public_pem(keys.load_private_key(private_key_path, passphrase)))
+    # the folder first: `hub sign ./typo` is about the folder, whatever the state of the key
     manifest = check_bundle(directory, require_readme=True)
+    kid = keys.key_id(keys.public_pem(keys.load_private_key(private_key_path, passphrase)))
     name = load_config().get("signer_name")
     signer = {"key_id": kid, **({"name": name} if name else {})}
     if manifest.get("signer") != signer:

@@ -22,6 +22,12 @@ if TYPE_CHECKING:
 
 IGNORE_INDEX = -100  # targets the loss skips (torch's cross_entropy default ignore_index)
 SEQUENCE_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+# Extensions that say a file's format; other names (eng.train, dev.txt) leave it to --format
+# or to a task that reads one format only.
+BY_SUFFIX = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl",
+             ".conll": "conll"}
+FORMAT_NAMES = {"csv": "CSV", "tsv": "TSV", "jsonl": "JSONL", "conll": "CoNLL",
+                "squad": "SQuAD JSON"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,13 @@ class Task(ABC):
     @abstractmethod
     def label_names(self, examples: list) -> list[str]:
         """The label set a head is built for; [] where outputs are not labels."""
+
+    def check_training_labels(self, labels: list[str], path: Path) -> None:
+        """Refuse a training set whose labels nothing can be learnt from; most tasks accept any.
+
+        Raises:
+            DataError: see the subclass.
+        """
 
     @abstractmethod
     def num_outputs(self, labels: list[str]) -> int:
@@ -125,24 +138,34 @@ class Task(ABC):
                     batch[key] = torch.tensor(values, dtype=dtype)
         return batch
 
-    def _resolve_format(self, path: Path, fmt: str | None, by_suffix: dict[str, str]) -> str:
-        """The format to read `path` in: `fmt` if given, else from the file's extension.
+    def data_format(self, path: Path, fmt: str | None = None, *, reader: str | None = None
+                    ) -> str:
+        """The format to read `path` in: `fmt` if given, else from the file's extension, else
+        the task's only format. `reader` names who refuses a file of another format (default:
+        "task 'NAME'"; `hub eval` names the adapter).
 
         Raises:
-            UsageError: `fmt` is not one of `formats`.
-            DataError: `fmt` is None and the extension says nothing.
+            UsageError: `fmt` is not one of `formats`, or the extension names a format the task
+                does not read (a TSV file for tagging).
+            DataError: `fmt` is None and neither the extension nor the task tells the format.
         """
         if fmt is not None:
             if fmt not in self.formats:
                 raise UsageError(f"format {fmt!r} does not apply to task {self.name!r}",
                                  hint=f"use --format {' or '.join(self.formats)}")
             return fmt
-        if len(self.formats) == 1:
-            return self.formats[0]
-        found = by_suffix.get(path.suffix.lower())
+        found = BY_SUFFIX.get(path.suffix.lower())
+        if found is None and len(self.formats) == 1:
+            return self.formats[0]  # CoNLL files are often named eng.train, eng.testa
         if found is None:
             raise DataError(f"cannot tell the format from the extension {path.suffix!r}",
                             path=str(path), hint=f"pass --format {'|'.join(self.formats)}")
+        if found not in self.formats:
+            wanted = " or ".join(FORMAT_NAMES[f] for f in self.formats)
+            raise UsageError(f"{path} is a {FORMAT_NAMES[found]} file (by its extension), but "
+                             f"{reader or f'task {self.name!r}'} reads {wanted}",
+                             hint=f"give it {wanted} data, or pass --format {self.formats[0]} "
+                                  f"if the file is {FORMAT_NAMES[self.formats[0]]} whatever its name")
         return found
 
     def _no_columns(self, columns: Columns) -> None:

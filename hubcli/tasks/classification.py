@@ -23,6 +23,18 @@ class Classification(SentenceTask):
     def label_names(self, examples: list[SentenceExample]) -> list[str]:
         return sorted({example.label for example in examples})
 
+    def check_training_labels(self, labels: list[str], path: Path) -> None:
+        """Two classes at least: with one, the head learns to answer it always (accuracy 1.0
+        on any dev set of that class) and the adapter is useless.
+
+        Raises:
+            DataError: every example has the same label (names the file and the label).
+        """
+        if len(labels) == 1:
+            raise DataError(f"every example has the label {labels[0]!r}; classification "
+                            "needs two classes at least", path=str(path),
+                            hint="add examples of the other classes (or check --label-column)")
+
     def num_outputs(self, labels: list[str]) -> int:
         return len(labels)
 

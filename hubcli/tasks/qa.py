@@ -42,9 +42,10 @@ class QuestionAnswering(Task):
 
         Raises:
             DataError: see squad.read_squad().
-            UsageError: `fmt` is not squad, or columns were given.
+            UsageError: `fmt` is not squad, the extension names another format (.tsv), or
+                columns were given.
         """
-        self._resolve_format(path, fmt, {})
+        self.data_format(path, fmt)
         self._no_columns(columns)
         return read_squad(path)
 

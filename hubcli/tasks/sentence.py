@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hubcli.tasks.base import SEQUENCE_KEYS, Columns, Task
-from hubcli.tasks.tabular import BY_SUFFIX, FORMATS, read_rows
+from hubcli.tasks.tabular import FORMATS, read_rows
 
 
 @dataclass(frozen=True)
@@ -34,9 +34,9 @@ class SentenceTask(Task):
 
         Raises:
             DataError: see tabular.read_rows(), and labels the task cannot use.
-            UsageError: `fmt` is not csv, tsv or jsonl.
+            UsageError: `fmt` is not csv, tsv or jsonl, or the extension is .conll.
         """
-        fmt = self._resolve_format(path, fmt, BY_SUFFIX)
+        fmt = self.data_format(path, fmt)
         return [SentenceExample(row.text, row.pair, self._parse_label(row.label, path, row.line),
                                 str(path), row.line)
                 for row in read_rows(path, fmt, columns)]

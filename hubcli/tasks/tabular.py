@@ -23,7 +23,6 @@ TEXT_DEFAULTS = ("sentence", "text", "sentence1", "question", "question1", "prem
 PAIR_DEFAULTS = ("sentence2", "text_pair", "text_b", "question2", "hypothesis")
 LABEL_DEFAULTS = ("label", "labels", "score")
 FORMATS = ("csv", "tsv", "jsonl")
-BY_SUFFIX = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 
 
 @dataclass(frozen=True)
@@ -131,7 +130,7 @@ def _find(header: _Header, wanted: str | None, defaults: tuple[str, ...], flag: 
         if wanted.lower() in by_lower:
             return by_lower[wanted.lower()]
         raise DataError(f"column {wanted!r} not found; columns are: {listed}", path=str(path),
-                        line=header.line, hint=_column_hint(header, flag, taken))
+                        line=header.line, hint=_column_hint(header, flag, defaults, taken))
     for default in defaults:
         if default in by_lower and by_lower[default] not in taken:
             return by_lower[default]
@@ -139,14 +138,20 @@ def _find(header: _Header, wanted: str | None, defaults: tuple[str, ...], flag: 
         return None
     raise DataError(f"no {flag} column (looked for {', '.join(defaults)}); columns are: "
                     f"{listed}", path=str(path), line=header.line,
-                    hint=_column_hint(header, flag, taken))
+                    hint=_column_hint(header, flag, defaults, taken))
 
 
-def _column_hint(header: _Header, flag: str, taken: tuple[str | None, ...]) -> str:
+def _column_hint(header: _Header, flag: str, defaults: tuple[str, ...],
+                 taken: tuple[str | None, ...]) -> str:
+    """Which columns could serve: those no other role took; with none left, say to add one
+    (never suggest the text column as the label)."""
     free = [name for name in header.names if name not in taken]
+    if not free:
+        return (f"the file has no column besides {', '.join(n for n in taken if n)}: add a "
+                f"{flag} column (the header {defaults[0]!r} is found without a flag)")
     if len(free) == 1:
         return f"pass --{flag}-column {free[0]}"
-    return f"pass --{flag}-column with one of: {', '.join(free or header.names)}"
+    return f"pass --{flag}-column with one of: {', '.join(free)}"
 
 
 def _row(record: dict, line: int, text_key: str, pair_key: str | None, label_key: str,

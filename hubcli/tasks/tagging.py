@@ -37,9 +37,10 @@ class Tagging(Task):
 
         Raises:
             DataError: see conll.read_conll().
-            UsageError: `fmt` is not conll, or columns were given.
+            UsageError: `fmt` is not conll, the extension names another format (.tsv), or
+                columns were given.
         """
-        self._resolve_format(path, fmt, {})
+        self.data_format(path, fmt)
         self._no_columns(columns)
         return read_conll(path)
 
