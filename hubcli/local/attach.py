@@ -30,6 +30,24 @@ def check_base(manifest: dict, base_info, *, allow_base_mismatch: bool,
     notify(f"warning: {err} (attaching anyway: --allow-base-mismatch)")
 
 
+def verify_folder(directory: Path, *, allow_unsigned: bool,
+                  notify: Callable[[str], None]) -> dict:
+    """Check the adapter folder's signature and file digests (the attach policy); returns
+    its manifest.
+
+    Raises:
+        SignatureError, BundleError, ManifestError.
+    """
+    from hubcli.remote.pull_records import registry_keys_for
+    from hubcli.signing.policy import check_attach
+
+    verdict = check_attach(directory, allow_unsigned=allow_unsigned,
+                           extra_public_keys=registry_keys_for(directory))
+    if verdict.message:
+        notify(verdict.message)
+    return manifest_io.read(directory)
+
+
 def attach(model, base_info, directory: Path, *, name: str | None = None,
            allow_base_mismatch: bool = False, allow_unsigned: bool = False,
            notify: Callable[[str], None] = lambda _m: None) -> dict:
@@ -41,14 +59,8 @@ def attach(model, base_info, directory: Path, *, name: str | None = None,
     from hubcli.local.adapterdir import read_adapter_weights
     from hubcli.core.config import config_from_manifest
     from hubcli.core.heads import HeadConfig
-    from hubcli.remote.pull_records import registry_keys_for
-    from hubcli.signing.policy import check_attach
 
-    verdict = check_attach(Path(directory), allow_unsigned=allow_unsigned,
-                           extra_public_keys=registry_keys_for(Path(directory)))
-    if verdict.message:
-        notify(verdict.message)
-    manifest = manifest_io.read(Path(directory))
+    manifest = verify_folder(Path(directory), allow_unsigned=allow_unsigned, notify=notify)
     check_base(manifest, base_info, allow_base_mismatch=allow_base_mismatch, notify=notify)
     name = name or manifest["name"]
     model.add_adapter(name, config_from_manifest(manifest["architecture"]),

@@ -1,0 +1,28 @@
+"""`hub export` and `hub import`: other formats in and out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from hubcli.cli.model_cmds import attach_options
+from hubcli.cli.output import echo_json, notice
+
+
+@click.command("export")
+@click.argument("adapter", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["onnx"]), required=True,
+              help="onnx: base + adapter + head as one ONNX graph")
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="output file")
+@attach_options
+@click.option("--json", "as_json", is_flag=True, help="print what was written as JSON")
+def export_cmd(adapter, fmt, out, as_json, **attach) -> None:
+    """Export an adapter folder to another format."""
+    from hubcli.interop.onnx_export import export_onnx
+
+    meta = export_onnx(adapter, out, notify=notice, **attach)
+    if as_json:
+        echo_json({"out": str(out), "format": fmt, **meta})
+    else:
+        click.echo(f"wrote {out} ({meta['task']}, base {meta['base']['name']})")
