@@ -11,38 +11,24 @@ method. Its adapter reads the sublayer's output after dense + dropout, adds its 
 and the sublayer's residual add and LayerNorm follow (`original_ln_before` false,
 `original_ln_after` true): where ours sits, exactly, in eval mode. `scaling` (a number) is
 folded into the up-projection; `mh_adapter`/`output_adapter` are our placements, `leave_out`
-the layers left out, swish is silu. What our Houlsby cannot compute the same (the original
-LayerNorm before the adapter as in "seq_bn", adapter LayerNorms, gating, PHM, parallel
-adapters, learned scaling, LoRA) is refused naming the field.
+the layers left out, swish is silu. Its LoRA on q and v is our LoRA ((alpha / r) B A x in
+both). What our methods cannot compute the same (the original LayerNorm before the adapter as
+in "seq_bn", adapter LayerNorms, gating, PHM, parallel adapters, learned scaling, LoRA on k or
+the feed-forward, DoRA, VeRA) is refused naming the field.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any, Callable
 
 from hubcli.errors import AdapterError
 from hubcli.format.vocab import DEFAULT_MAX_LENGTH
-
-ADAPTER_CONFIG, HEAD_CONFIG = "adapter_config.json", "head_config.json"
-ADAPTER_WEIGHTS = ("adapter.safetensors", "pytorch_adapter.bin")
-HEAD_WEIGHTS = ("model_head.safetensors", "pytorch_model_head.bin")
-LIBRARY = "adapters"
-
-# bottleneck fields whose value must be this for our Houlsby to compute what the library does
-_REQUIRED = {"original_ln_before": False, "original_ln_after": True, "ln_before": False,
-             "ln_after": False, "use_gating": False, "phm_layer": False, "is_parallel": False,
-             "inv_adapter": None, "cross_adapter": False}
-_ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu", "tanh": "tanh"}
-_PLACEMENTS = {"attention.output": "attention_output", "output": "ffn_output"}
-_ADAPTER_KEY = re.compile(r"encoder\.layer\.(\d+)\.(attention\.output|output)\.adapters\."
-                          r"[^.]+\.(adapter_down\.0|adapter_up)\.(weight|bias)$")
-# (task, our head type, the library's layers, {its Linear's index: our name})
-_HEADS = {"classification": ("classification", "sequence_classification", 2,
-                             {"1": "dense", "4": "out"}),
-          "tagging": ("tagging", "token_classification", 1, {"1": "out"})}
+from hubcli.interop.adapters_format import (ACTIVATIONS, ADAPTER_CONFIG, ADAPTER_KEY,
+                                            ADAPTER_WEIGHTS, HEAD_CONFIG, HEAD_WEIGHTS, HEADS,
+                                            LIBRARY, LORA_KEY, LORA_MATRICES, LORA_REQUIRED,
+                                            PLACEMENTS, REQUIRED)
 
 
 def import_adapters_dir(src: Path, out: Path, *, base: str | None = None, name: str | None = None,
@@ -65,10 +51,10 @@ def import_adapters_dir(src: Path, out: Path, *, base: str | None = None, name: 
     doc, head_doc = _read_json(src / ADAPTER_CONFIG), _read_json(src / HEAD_CONFIG)
     loaded = load_base(base or doc.get("model_name"))
     num_layers = loaded.info.num_layers
-    config, scaling = houlsby_config(doc, num_layers)
+    config, scaling = method_config(doc, num_layers)
     task, head = head_config(head_doc)
-    tensors = {**adapter_tensors(_read_weights(src, ADAPTER_WEIGHTS), scaling),
-               **head_tensors(_read_weights(src, HEAD_WEIGHTS), head.type)}
+    tensors = {**adapter_tensors(read_library_weights(src, ADAPTER_WEIGHTS), scaling),
+               **head_tensors(read_library_weights(src, HEAD_WEIGHTS), head.type)}
     name = name or doc.get("name") or src.name
     model = AdapterModel(loaded.encoder)
     model.add_adapter(name, config, head)
@@ -91,22 +77,57 @@ def import_adapters_dir(src: Path, out: Path, *, base: str | None = None, name: 
     return manifest
 
 
-def houlsby_config(doc: dict, num_layers: int):
-    """(our HoulsbyConfig, the scaling to fold in) for an adapter_config.json.
+def method_config(doc: dict, num_layers: int):
+    """(our method's config, the bottleneck scaling to fold in) for an adapter_config.json:
+    a bottleneck config (its `architecture` is null) or LoRA.
+
+    Raises:
+        AdapterError: another method, or a field our methods cannot reproduce, named.
+    """
+    cfg = doc.get("config")
+    if not isinstance(cfg, dict):
+        raise AdapterError(f"{ADAPTER_CONFIG}: 'config' is {cfg!r}, not a configuration",
+                           hint="re-save the adapter with the adapters library's save_adapter")
+    layers = tuple(i for i in range(num_layers)
+                   if i not in {int(j) for j in cfg.get("leave_out") or []})
+    if cfg.get("architecture") == "lora":
+        return lora_config(cfg, _library_version(doc), layers), 1.0
+    if cfg.get("architecture") is not None:
+        raise _unsupported("architecture", cfg["architecture"],
+                           "only bottleneck adapters and LoRA are imported")
+    return houlsby_config(cfg, int(doc.get("hidden_size", 0)), layers)
+
+
+def lora_config(cfg: dict, version: str, layers: tuple[int, ...]):
+    """Our LoraConfig for the library's LoRA config: its update is also (alpha / r) B A x.
+
+    Raises:
+        AdapterError: a field our LoRA cannot reproduce, named.
+    """
+    from hubcli.core.config import LoraConfig
+
+    for key, wanted in LORA_REQUIRED.items():
+        if cfg.get(key, wanted) != wanted:
+            raise _unsupported(key, cfg[key], "our LoRA method cannot compute this variant")
+    matrices = cfg.get("attn_matrices", ["q", "v"])
+    if not matrices or any(m not in LORA_MATRICES for m in matrices):
+        raise _unsupported("attn_matrices", matrices, "our LoRA adapts q and v only")
+    if _older(version, (1, 1)) and cfg["r"] != cfg["alpha"]:
+        # before 1.1.0 the library scaled LoRA differently (its pull request 770)
+        raise _unsupported("version", version, "LoRA saved before 1.1.0 with r != alpha")
+    return LoraConfig(rank=int(cfg["r"]), alpha=float(cfg["alpha"]), layers=layers,
+                      placement=tuple(LORA_MATRICES[m] for m in matrices))
+
+
+def houlsby_config(cfg: dict, hidden: int, layers: tuple[int, ...]):
+    """(our HoulsbyConfig, the scaling to fold in) for a bottleneck config.
 
     Raises:
         AdapterError: a field our Houlsby method cannot reproduce, named.
     """
     from hubcli.core.config import HoulsbyConfig
 
-    cfg = doc.get("config")
-    if not isinstance(cfg, dict):
-        raise AdapterError(f"{ADAPTER_CONFIG}: 'config' is {cfg!r}, not a configuration",
-                           hint="re-save the adapter with the adapters library's save_adapter")
-    arch = cfg.get("architecture") or "bottleneck"
-    if arch != "bottleneck":
-        raise _unsupported("architecture", arch, "only bottleneck adapters are imported")
-    for key, wanted in _REQUIRED.items():
+    for key, wanted in REQUIRED.items():
         if cfg.get(key, wanted) != wanted:
             raise _unsupported(key, cfg[key], "our Houlsby method cannot compute this variant")
     if cfg.get("residual_before_ln", True) not in (True, False):
@@ -116,16 +137,14 @@ def houlsby_config(doc: dict, num_layers: int):
     if isinstance(scaling, bool) or not isinstance(scaling, (int, float)):
         raise _unsupported("scaling", scaling, "only a fixed number is folded into the weights")
     act = str(cfg.get("non_linearity", "relu")).lower()
-    if act not in _ACTIVATIONS:
-        raise _unsupported("non_linearity", act, f"supported: {', '.join(_ACTIVATIONS)}")
+    if act not in ACTIVATIONS:
+        raise _unsupported("non_linearity", act, f"supported: {', '.join(ACTIVATIONS)}")
     placement = tuple(p for p, on in (("attention_output", cfg.get("mh_adapter")),
                                       ("ffn_output", cfg.get("output_adapter"))) if on)
     if not placement:
         raise _unsupported("mh_adapter", False, "the adapter sits nowhere")
-    left_out = {int(i) for i in cfg.get("leave_out") or []}
-    layers = tuple(i for i in range(num_layers) if i not in left_out)
-    bottleneck = _bottleneck(cfg.get("reduction_factor", 16), int(doc.get("hidden_size", 0)))
-    return HoulsbyConfig(bottleneck=bottleneck, layers=layers, non_linearity=_ACTIVATIONS[act],
+    bottleneck = _bottleneck(cfg.get("reduction_factor", 16), hidden)
+    return HoulsbyConfig(bottleneck=bottleneck, layers=layers, non_linearity=ACTIVATIONS[act],
                          placement=placement, train_layernorm=False), float(scaling)
 
 
@@ -139,9 +158,9 @@ def head_config(doc: dict):
 
     cfg = doc.get("config") or {}
     kind = cfg.get("head_type")
-    if kind not in _HEADS:
-        raise _unsupported("head_type", kind, f"supported: {', '.join(_HEADS)}", HEAD_CONFIG)
-    task, head_type, layers, _ = _HEADS[kind]
+    if kind not in HEADS:
+        raise _unsupported("head_type", kind, f"supported: {', '.join(HEADS)}", HEAD_CONFIG)
+    task, head_type, layers, _ = HEADS[kind]
     if cfg.get("layers", layers) != layers:
         raise _unsupported("layers", cfg["layers"], f"a {kind} head has {layers}", HEAD_CONFIG)
     if kind == "classification":
@@ -156,22 +175,26 @@ def head_config(doc: dict):
 
 
 def adapter_tensors(raw: dict, scaling: float) -> dict:
-    """Our tensor names for the library's bottleneck tensors, `scaling` folded into `up`.
+    """Our tensor names for the library's bottleneck or LoRA tensors, a bottleneck's
+    `scaling` folded into `up`.
 
     Raises:
-        AdapterError: a tensor that is not a down- or up-projection (named).
+        AdapterError: a tensor with no counterpart in our methods (named).
     """
     out = {}
     for key, t in raw.items():
-        m = _ADAPTER_KEY.search(key)
-        if m is None:
-            raise AdapterError(f"tensor {key!r} has no counterpart in our Houlsby adapters",
-                               hint="only down- and up-projections of bottleneck adapters import")
-        layer, site, proj, kind = m.groups()
-        ours = "down" if proj == "adapter_down.0" else "up"
-        # up(z) * s == (s W) z + s b: the library scales the up-projection's output
-        out[f"adapters.{layer}.{_PLACEMENTS[site]}.{ours}.{kind}"] = (
-            t * scaling if ours == "up" else t)
+        if m := LORA_KEY.search(key):
+            layer, site, matrix = m.groups()
+            out[f"adapters.{layer}.{site}.{matrix}.weight"] = t
+        elif m := ADAPTER_KEY.search(key):
+            layer, site, proj, kind = m.groups()
+            ours = "down" if proj == "adapter_down.0" else "up"
+            # up(z) * s == (s W) z + s b: the library scales the up-projection's output
+            out[f"adapters.{layer}.{PLACEMENTS[site]}.{ours}.{kind}"] = (
+                t * scaling if ours == "up" else t)
+        else:
+            raise AdapterError(f"tensor {key!r} has no counterpart in our adapters",
+                               hint="bottleneck down/up projections and LoRA A/B import")
     return out
 
 
@@ -181,7 +204,7 @@ def head_tensors(raw: dict, head_type: str) -> dict:
     Raises:
         AdapterError: a head tensor at an index our head does not have (named).
     """
-    index = next(v[3] for v in _HEADS.values() if v[1] == head_type)
+    index = next(v[3] for v in HEADS.values() if v[1] == head_type)
     out = {}
     for key, t in raw.items():
         parts = key.split(".")
@@ -202,7 +225,13 @@ def _bottleneck(reduction_factor: Any, hidden: int) -> int:
     return max(1, int(hidden // factors.pop()))  # as the library sizes its down-projection
 
 
-def _read_weights(src: Path, names: tuple[str, str]) -> dict:
+def read_library_weights(src: Path, names: tuple[str, str]) -> dict:
+    """The tensors of `src`'s safetensors file `names[0]`, else of its pickle `names[1]`
+    through the restricted loader.
+
+    Raises:
+        AdapterError: neither is there, or readable; the pickle needs a full unpickler.
+    """
     safetensors_file, pickle_file = (src / n for n in names)
     if safetensors_file.is_file():
         from safetensors import SafetensorError
@@ -246,6 +275,13 @@ def _read_json(path: Path) -> dict:
     if not isinstance(doc, dict):
         raise AdapterError(f"{path}: not a JSON object")
     return doc
+
+
+def _older(version: str, than: tuple[int, int]) -> bool:
+    try:
+        return tuple(int(p) for p in version.split(".")[:2]) < than
+    except ValueError:
+        return False  # not a library version we know: assume the current arithmetic
 
 
 def _library_version(doc: dict) -> str:

@@ -10,6 +10,7 @@ Writes, next to this script:
                            classification head, pickled .bin files as save_adapter writes them
   houlsby_tag_st/          double_seq_bn with relu, reduction 8, scaling 2.0, leave_out [1],
                            a tagging head, as safetensors
+  lora_cls/                LoRA r=4, alpha=8 on q and v, leave_out [0], classification head
   seq_bn_cls/              seq_bn (Pfeiffer), which our core cannot reproduce
   expected.json            per fixture: the library's version, input ids, attention mask, logits
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import adapters
 import torch
-from adapters import BertAdapterModel, DoubleSeqBnConfig, SeqBnConfig
+from adapters import BertAdapterModel, DoubleSeqBnConfig, LoRAConfig, SeqBnConfig
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
 HERE = Path(__file__).parent
@@ -89,6 +90,8 @@ def main() -> None:
             base, tok, "houlsby_tag_st",
             DoubleSeqBnConfig(non_linearity="relu", reduction_factor=8, scaling=2.0, leave_out=[1]),
             "tagging", safetensors=True, seed=2),
+        "lora_cls": make_fixture(base, tok, "lora_cls", LoRAConfig(r=4, alpha=8, leave_out=[0]),
+                                 "classification", safetensors=True, seed=4),
         "seq_bn_cls": make_fixture(base, tok, "seq_bn_cls", SeqBnConfig(), "classification",
                                    safetensors=True, seed=3),
     }
