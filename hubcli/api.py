@@ -171,10 +171,9 @@ def load_onnx_predictor(path: str | Path, *, base: str | None = None,
     Raises:
         SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError, ModelError.
     """
-    from hubcli.interop.onnx_runtime import load_onnx, onnx_for_adapter
+    from hubcli.interop.onnx_runtime import load_onnx, load_onnx_for_adapter
 
-    path = Path(path)
-    if path.is_dir():
-        path = onnx_for_adapter(path, base=base, allow_base_mismatch=allow_base_mismatch,
-                                allow_unsigned=allow_unsigned, notify=notify)
-    return load_onnx(path, base=base)
+    if Path(path).is_dir():
+        return load_onnx_for_adapter(Path(path), base=base, allow_unsigned=allow_unsigned,
+                                     allow_base_mismatch=allow_base_mismatch, notify=notify)
+    return load_onnx(Path(path), base=base)

@@ -82,6 +82,22 @@ def test_cli_export_then_predict_with_onnx_runtime(adapter, tiny_base_dir, tmp_p
                 [e["score"] for e in theirs["entities"]], abs=1e-4)
 
 
+def test_a_damaged_cached_graph_is_exported_again(adapter, tiny_base_dir, hub_home):
+    from hubcli.api import load_onnx_predictor
+    from hubcli.settings import ONNX_CACHE_DIR
+
+    first = load_onnx_predictor(adapter, base=str(tiny_base_dir), **ATTACH)
+    (cached,) = (hub_home / ONNX_CACHE_DIR).iterdir()
+    cached.write_bytes(b"damaged")
+    notes: list[str] = []
+    again = load_onnx_predictor(adapter, base=str(tiny_base_dir), notify=notes.append, **ATTACH)
+    assert any("damaged; exporting again" in n for n in notes)
+    batch = first.task.padded_inputs(first.task.encode(
+        [first.task.parse_input(TEXTS[0])], first.tokenizer, first.labels, first.max_length,
+        with_targets=False))
+    np.testing.assert_array_equal(again.logits(batch), first.logits(batch))
+
+
 def test_predict_onnx_refuses_a_file_that_is_not_an_export(tmp_path, tiny_base_dir):
     from hubcli.errors import AdapterError
     from hubcli.interop.onnx_runtime import load_onnx

@@ -85,28 +85,33 @@ def load_onnx(path: Path, *, base: str | None = None, threads: int | None = None
                          list(meta["head"]["labels"]), int(meta["max_length"]), meta)
 
 
-def onnx_for_adapter(adapter_dir: Path, *, base: str | None = None,
-                     allow_base_mismatch: bool = False, allow_unsigned: bool = False,
-                     notify: Callable[[str], None] = lambda _m: None) -> Path:
-    """The cached ONNX graph of the adapter in `adapter_dir`, exported on first use.
+def load_onnx_for_adapter(adapter_dir: Path, *, base: str | None = None,
+                          allow_base_mismatch: bool = False, allow_unsigned: bool = False,
+                          notify: Callable[[str], None] = lambda _m: None) -> OnnxPredictor:
+    """An OnnxPredictor for the adapter in `adapter_dir`, verified first, its graph exported
+    on first use and cached; a damaged cached graph is exported again.
 
     Raises:
         SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError: as for
-            attaching.
+            attaching; ModelError as `load_onnx`.
     """
     from hubcli.local.attach import verify_folder
 
     verify_folder(Path(adapter_dir), allow_unsigned=allow_unsigned, notify=notify)
     manifest_bytes = (Path(adapter_dir) / "manifest.json").read_bytes()
     key = hashlib.sha256(manifest_bytes + f"\0{base or ''}".encode()).hexdigest()[:32]
-    out = home_path(ONNX_CACHE_DIR) / f"{key}.onnx"
-    if not out.is_file():
-        from hubcli.interop.onnx_export import export_onnx
+    cached = home_path(ONNX_CACHE_DIR) / f"{key}.onnx"
+    if cached.is_file():
+        try:
+            return load_onnx(cached, base=base)
+        except AdapterError:
+            notify(f"warning: {cached} is damaged; exporting again")
+    from hubcli.interop.onnx_export import export_onnx
 
-        notify(f"exporting {adapter_dir} to ONNX once (cached in {out.parent})")
-        export_onnx(Path(adapter_dir), out, base=base, allow_base_mismatch=allow_base_mismatch,
-                    allow_unsigned=allow_unsigned, notify=notify)
-    return out
+    notify(f"exporting {adapter_dir} to ONNX once (cached in {cached.parent})")
+    export_onnx(Path(adapter_dir), cached, base=base, allow_base_mismatch=allow_base_mismatch,
+                allow_unsigned=allow_unsigned, notify=notify)
+    return load_onnx(cached, base=base)
 
 
 def _onnxruntime():
