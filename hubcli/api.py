@@ -171,3 +171,24 @@ def predict_each(folders: list[Path], texts: list[str], *, base: str | None = No
     preds = hub.predict(texts, compose=Parallel(*names)) if len(names) > 1 else [
         {names[0]: p} for p in hub.predict(texts, adapter=names[0])]
     return hub, names, preds
+
+
+def load_onnx_predictor(path: str | Path, *, base: str | None = None,
+                        allow_unsigned: bool = False, allow_base_mismatch: bool = False,
+                        notify: Callable[[str], None] = lambda _m: None):
+    """An onnxruntime predictor (`.predict(examples)`, `.logits(batch)`) for an ONNX graph
+    written by `hub export --format onnx`, or for an adapter folder (verified, exported once
+    and cached):
+
+        p = load_onnx_predictor("./sst2-adapter")
+        p.predict([p.task.parse_input("a fine film")])
+
+    Raises:
+        SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError, ModelError.
+    """
+    from hubcli.interop.onnx_runtime import load_onnx, load_onnx_for_adapter
+
+    if Path(path).is_dir():
+        return load_onnx_for_adapter(Path(path), base=base, allow_unsigned=allow_unsigned,
+                                     allow_base_mismatch=allow_base_mismatch, notify=notify)
+    return load_onnx(Path(path), base=base)

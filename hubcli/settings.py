@@ -25,6 +25,7 @@ KNOWN_BASES_FILE = "bases.json"        # base.ref: bases loaded here, by content
 CACHE_DIR = "cache"                    # base.hashing: base_hashes.json (cache)
 HF_CACHE_DIR = "hf-cache"              # remote.pull: huggingface_hub's download cache
 ADAPTERS_DIR = "adapters"              # remote.pull: verified pulled adapters
+ONNX_CACHE_DIR = "onnx-cache"          # interop.onnx_runtime: adapters exported to ONNX (cache)
 
 
 def hub_home() -> Path:

@@ -20,6 +20,8 @@ COMMANDS: dict[str, str] = {
     "train": "hubcli.cli.model_cmds:train_cmd",
     "eval": "hubcli.cli.model_cmds:eval_cmd",
     "predict": "hubcli.cli.model_cmds:predict_cmd",
+    "export": "hubcli.cli.interop_cmds:export_cmd",
+    "import": "hubcli.cli.interop_cmds:import_cmd",
     "login": "hubcli.cli.registry_cmds:login",
     "logout": "hubcli.cli.registry_cmds:logout",
     "whoami": "hubcli.cli.registry_cmds:whoami",

@@ -153,8 +153,11 @@ def eval_cmd(adapter, data, fmt, text_column, text_pair_column, label_column, as
               help="adapter folder or NS/NAME[@VERSION]; repeat it to run every text through "
                    "several adapters in one pass (then every argument is a text)")
 @attach_options
+@click.option("--runtime", type=click.Choice(["torch", "onnx"]), default="torch",
+              show_default=True, help="onnx: run the adapter's ONNX export under onnxruntime "
+              "(exported once and cached; needs the [onnx] extra)")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per input line")
-def predict_cmd(args, adapters, as_json, **attach) -> None:
+def predict_cmd(args, adapters, runtime, as_json, **attach) -> None:
     """Predict with an adapter: hub predict [ADAPTER] [TEXT...] (texts also from stdin).
 
     ADAPTER is a local folder or NS/NAME[@VERSION]; without it, the last adapter pulled.
@@ -173,8 +176,15 @@ def predict_cmd(args, adapters, as_json, **attach) -> None:
     if not texts:
         raise UsageError("no input texts", hint='pass texts as arguments or one per line on stdin')
     if adapters:
+        if runtime == "onnx":
+            raise UsageError("--runtime onnx runs one adapter", hint="drop --adapter/-a")
         return _predict_each(folders, texts, as_json, attach)
-    predictor = load_predictor(adapter, notify=notice, **attach)
+    if runtime == "onnx":
+        from hubcli.api import load_onnx_predictor
+
+        predictor = load_onnx_predictor(adapter, notify=notice, **attach)
+    else:
+        predictor = load_predictor(adapter, notify=notice, **attach)
     preds = predictor.predict([predictor.task.parse_input(t) for t in texts])
     if as_json:
         for text, pred in zip(texts, preds):

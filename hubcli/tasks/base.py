@@ -123,11 +123,7 @@ class Task(ABC):
         import torch
 
         width = max(len(f["input_ids"]) for f in features)
-        batch = {}
-        for key in SEQUENCE_KEYS:
-            if key in features[0]:
-                pad = self.pad_id if key == "input_ids" else 0
-                batch[key] = torch.tensor([_pad(f[key], width, pad) for f in features])
+        batch = {k: torch.tensor(rows) for k, rows in self.padded_inputs(features).items()}
         for key in self.target_keys:
             if key in features[0]:
                 values = [f[key] for f in features]
@@ -137,6 +133,15 @@ class Task(ABC):
                     dtype = torch.float32 if isinstance(values[0], float) else torch.int64
                     batch[key] = torch.tensor(values, dtype=dtype)
         return batch
+
+    def padded_inputs(self, features: list[dict]) -> dict[str, list[list[int]]]:
+        """The model's inputs (SEQUENCE_KEYS present in the features) as lists padded to the
+        batch's longest feature: what `collate` makes tensors of, and what a runtime without
+        torch (ONNX) makes arrays of."""
+        width = max(len(f["input_ids"]) for f in features)
+        return {key: [_pad(f[key], width, self.pad_id if key == "input_ids" else 0)
+                      for f in features]
+                for key in SEQUENCE_KEYS if key in features[0]}
 
     def data_format(self, path: Path, fmt: str | None = None, *, reader: str | None = None
                     ) -> str:

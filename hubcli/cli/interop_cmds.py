@@ -1,0 +1,68 @@
+"""`hub export` and `hub import`: other formats in and out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from hubcli.cli.model_cmds import attach_options
+from hubcli.cli.output import echo_json, notice
+
+
+@click.command("export")
+@click.argument("adapter", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["onnx", "adapters"]), required=True,
+              help="onnx: base + adapter + head as one ONNX graph; adapters: a folder the "
+                   "adapters library (AdapterHub) loads")
+@click.option("--out", required=True, type=click.Path(path_type=Path),
+              help="output file (onnx) or folder (adapters)")
+@click.option("--drop-layernorm-deltas", is_flag=True,
+              help="adapters: leave out the LayerNorm deltas, which that format cannot hold")
+@click.option("--data", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="adapters: labelled dev data (format from its extension, default columns) "
+                   "to measure what dropping the deltas changes")
+@attach_options
+@click.option("--json", "as_json", is_flag=True, help="print what was written as JSON")
+def export_cmd(adapter, fmt, out, drop_layernorm_deltas, data, as_json, **attach) -> None:
+    """Export an adapter folder to another format."""
+    if fmt == "onnx":
+        from hubcli.interop.onnx_export import export_onnx
+
+        meta = export_onnx(adapter, out, notify=notice, **attach)
+        if as_json:
+            echo_json({"out": str(out), "format": fmt, **meta})
+        else:
+            click.echo(f"wrote {out} ({meta['task']}, base {meta['base']['name']})")
+        return
+    from hubcli.interop.adapters_export import export_adapters
+
+    report = export_adapters(adapter, out, drop_layernorm_deltas=drop_layernorm_deltas, data=data,
+                             notify=notice, **attach)
+    if as_json:
+        echo_json({"out": str(out), "format": fmt, **{k: v for k, v in vars(report).items()
+                                                       if k != "out"}})
+        return
+    if report.metric is not None:
+        click.echo(f"dev {report.metric}: {report.with_deltas:.4f} with the LayerNorm deltas, "
+                   f"{report.without_deltas:.4f} without "
+                   f"({report.without_deltas - report.with_deltas:+.4f})")
+    click.echo(f"wrote {out}" + (" (LayerNorm deltas dropped)" if report.dropped_layernorm else "")
+               + "; load it with load_adapter(DIR, use_safetensors=True)")
+
+
+@click.command("import")
+@click.argument("src", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="output folder")
+@click.option("--base", help="base model folder or Hub id (default: the config's model_name)")
+@click.option("--name", help="adapter name [default: the one it was saved under]")
+@click.option("--json", "as_json", is_flag=True, help="print the manifest as JSON")
+def import_cmd(src, out, base, name, as_json) -> None:
+    """Import an adapter saved by the `adapters` library (AdapterHub) as an adapter folder."""
+    from hubcli.interop.adapters_import import import_adapters_dir
+
+    manifest = import_adapters_dir(src, out, base=base, name=name, notify=notice)
+    if as_json:
+        echo_json(manifest)
+    else:
+        click.echo(f"wrote {out} ({manifest['architecture']['type']}, {manifest['task']})")

@@ -1,0 +1,155 @@
+"""`hub export --format adapters`: one of our adapters (Houlsby or LoRA) as a folder the
+`adapters` library (AdapterHub) loads with `load_adapter(DIR, use_safetensors=True)` (its
+loader reads pickles otherwise, and we write none), computing our logits.
+
+The inverse of `adapters_import`: our bottleneck becomes its "double_seq_bn" (the same
+placement and arithmetic, scaling 1), our classification head its classification head (CLS
+pooling, dense, tanh, out), our tagging head its tagging head; our LoRA its LoRA. LayerNorm
+deltas have no place in that format: refused unless dropped on purpose; then, given labelled
+data, the change in the primary metric is measured. What it cannot express (mean pooling,
+regression and QA heads, fusions, other model types) is refused, naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from hubcli import __version__
+from hubcli.errors import AdapterError, UsageError
+from hubcli.interop.adapters_format import (ACTIVATIONS, ADAPTER_CONFIG, ADAPTER_WEIGHTS,
+                                            HEAD_CONFIG, HEAD_WEIGHTS, HEADS, LORA_MATRICES,
+                                            LORA_REQUIRED, MODEL_CLASS, PLACEMENTS, REQUIRED,
+                                            WEIGHT_PREFIX)
+
+_LIBRARY_ACTIVATION = {ours: theirs for theirs, ours in ACTIVATIONS.items() if theirs != "silu"}
+_SITE = {ours: theirs for theirs, ours in PLACEMENTS.items()}
+_MATRIX = {ours: theirs for theirs, ours in LORA_MATRICES.items()}
+
+
+@dataclass
+class ExportReport:
+    out: Path
+    dropped_layernorm: bool
+    metric: str | None = None    # measured with and without the LayerNorm deltas, given data
+    with_deltas: float | None = None
+    without_deltas: float | None = None
+
+
+def export_adapters(adapter_dir: Path, out: Path, *, drop_layernorm_deltas: bool = False,
+                    data: Path | None = None, base: str | None = None,
+                    allow_base_mismatch: bool = False, allow_unsigned: bool = False,
+                    notify: Callable[[str], None] = lambda _m: None) -> ExportReport:
+    """Write the `adapters`-library folder `out` for the adapter in `adapter_dir`.
+
+    Raises:
+        UsageError: LayerNorm deltas and no `drop_layernorm_deltas`.
+        AdapterError: something the format cannot express (named).
+        SignatureError, BundleError, ManifestError, BaseMismatchError: as for attaching.
+    """
+    from hubcli.format import manifest as manifest_io
+    from hubcli.local.finetune_dir import is_finetune_dir
+    from hubcli.local.inference import load_predictor
+
+    if is_finetune_dir(Path(adapter_dir)):
+        raise AdapterError(f"{adapter_dir} is a full fine-tune, not an adapter")
+    m = manifest_io.read(Path(adapter_dir))  # refuse what cannot go before loading anything
+    kind, adapter_cfg = _check(m)
+    has_deltas = m["architecture"].get("layernorm") == "delta"
+    if has_deltas and not drop_layernorm_deltas:
+        raise UsageError("the adapter trains LayerNorm deltas, which the adapters library's "
+                         "format has no place for",
+                         hint="pass --drop-layernorm-deltas (and --data DEV to measure the change)")
+    predictor = load_predictor(Path(adapter_dir), base=base,
+                               allow_base_mismatch=allow_base_mismatch,
+                               allow_unsigned=allow_unsigned, notify=notify)
+    m = predictor.manifest  # the verified one
+    tensors = predictor.model.adapter_state_dict(m["name"])
+    report = ExportReport(Path(out), dropped_layernorm=has_deltas)
+    if has_deltas and data is not None:
+        _measure(predictor, data, report)
+    _write(Path(out), m, kind, adapter_cfg, tensors)
+    return report
+
+
+def _check(m: dict) -> tuple[str, dict]:
+    """(the library's head kind, its adapter config) for our manifest, or the refusal."""
+    arch, head = m["architecture"], m["head"]
+    if m["base_model"]["model_type"] != "bert":
+        raise AdapterError(f"base_model.model_type={m['base_model']['model_type']!r}: only BERT "
+                           "bases are exported")
+    kind = next((k for k, v in HEADS.items() if v[1] == head["type"]), None)
+    if kind is None:
+        raise AdapterError(f"head.type={head['type']!r} has no counterpart in the adapters "
+                           f"library's heads we map", hint=f"supported: {', '.join(HEADS)}")
+    if kind == "classification" and head.get("pooling") != "cls":
+        raise AdapterError(f"head.pooling={head.get('pooling')!r}: the adapters library's "
+                           "classification head reads the first token only",
+                           hint="train with --pooling cls to export")
+    leave_out = [i for i in range(m["base_model"]["num_layers"]) if i not in arch["layers"]]
+    if arch["type"] == "lora":
+        return kind, {**LORA_REQUIRED, "architecture": "lora", "r": arch["rank"],
+                      "alpha": arch["alpha"], "dropout": 0.0, "init_weights": "lora",
+                      "attn_matrices": [_MATRIX[p] for p in arch["placement"]],
+                      "leave_out": leave_out}
+    hidden, bottleneck = m["base_model"]["hidden_size"], arch["bottleneck"]
+    factor = hidden / bottleneck
+    if int(hidden // factor) != bottleneck:  # the library sizes its bottleneck so
+        raise AdapterError(f"architecture.bottleneck={bottleneck} is not reachable as "
+                           f"hidden_size // reduction_factor")
+    return kind, {**REQUIRED, "residual_before_ln": True, "adapter_residual_before_ln": False,
+                  "scaling": 1.0, "dropout": 0.0, "init_weights": "bert",
+                  "reduction_factor": factor,
+                  "non_linearity": _LIBRARY_ACTIVATION[arch["non_linearity"]],
+                  "mh_adapter": "attention_output" in arch["placement"],
+                  "output_adapter": "ffn_output" in arch["placement"], "leave_out": leave_out}
+
+
+def _measure(predictor, data: Path, report: ExportReport) -> None:
+    import torch
+
+    examples = predictor.task.read(data)
+    report.metric = predictor.task.primary_metric
+    report.with_deltas = predictor.evaluate(examples)[report.metric]
+    name = predictor.manifest["name"]
+    with torch.no_grad():
+        for site in predictor.model.layernorm_sites.values():
+            for p in site.deltas[name].parameters():
+                p.zero_()
+    report.without_deltas = predictor.evaluate(examples)[report.metric]
+
+
+def _write(out: Path, m: dict, kind: str, adapter_cfg: dict, tensors: dict) -> None:
+    from safetensors.torch import save_file
+
+    from hubcli.fsutil import staged_dir
+
+    name, head = m["name"], m["head"]
+    envelope = {"hidden_size": m["base_model"]["hidden_size"], "model_class": MODEL_CLASS,
+                "model_name": m["base_model"]["name"], "model_type": m["base_model"]["model_type"],
+                "name": name, "version": f"hubcli.{__version__}"}
+    head_cfg = {"head_type": kind, "num_labels": head["num_outputs"], "layers": HEADS[kind][2],
+                "activation_function": "tanh" if kind == "classification" else None,
+                "label2id": {label: i for i, label in enumerate(head["labels"])},
+                "use_pooler": False, "bias": True, "dropout_prob": None}
+    index = {ours: theirs for theirs, ours in HEADS[kind][3].items()}
+    adapter_t, head_t = {}, {}
+    for key, t in tensors.items():
+        parts = key.split(".")
+        if parts[0] == "adapters" and parts[2] in _MATRIX:  # adapters.{layer}.{q|v}.{A|B}.weight
+            adapter_t[f"{WEIGHT_PREFIX}encoder.layer.{parts[1]}.attention.self.{parts[2]}.loras."
+                      f"{name}.lora_{parts[3]}"] = t
+        elif parts[0] == "adapters":  # adapters.{layer}.{placement}.{down|up}.{weight|bias}
+            proj = "adapter_down.0" if parts[3] == "down" else "adapter_up"
+            adapter_t[f"{WEIGHT_PREFIX}encoder.layer.{parts[1]}.{_SITE[parts[2]]}.adapters."
+                      f"{name}.{proj}.{parts[4]}"] = t
+        elif parts[0] == "head":
+            head_t[f"heads.{name}.{index[parts[1]]}.{parts[2]}"] = t
+        # layernorm.*: dropped, as checked and measured by the caller
+    with staged_dir(out) as tmp:
+        for file, cfg in ((ADAPTER_CONFIG, adapter_cfg), (HEAD_CONFIG, head_cfg)):
+            (tmp / file).write_text(json.dumps({"config": cfg, **envelope}, indent=2) + "\n")
+        save_file(adapter_t, str(tmp / ADAPTER_WEIGHTS[0]), metadata={"format": "pt"})
+        save_file(head_t, str(tmp / HEAD_WEIGHTS[0]), metadata={"format": "pt"})

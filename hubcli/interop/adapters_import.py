@@ -1,0 +1,293 @@
+"""`hub import DIR --out OUT`: an adapter saved by the `adapters` library (AdapterHub's
+`save_adapter`) as one of our adapter folders, computing the same logits.
+
+Read: adapter_config.json, adapter.safetensors or pytorch_adapter.bin, head_config.json and
+model_head.safetensors or pytorch_model_head.bin. A `.bin` is opened only with PyTorch's
+restricted loader (`weights_only=True`); one that needs a full unpickler is refused, naming the
+file, and what is read is written back as safetensors at once.
+
+Mapped: the library's sequential bottleneck ("double_seq_bn", Houlsby) onto our Houlsby
+method. Its adapter reads the sublayer's output after dense + dropout, adds its own residual,
+and the sublayer's residual add and LayerNorm follow (`original_ln_before` false,
+`original_ln_after` true): where ours sits, exactly, in eval mode. `scaling` (a number) is
+folded into the up-projection; `mh_adapter`/`output_adapter` are our placements, `leave_out`
+the layers left out, swish is silu. Its LoRA on q and v is our LoRA ((alpha / r) B A x in
+both). What our methods cannot compute the same (the original LayerNorm before the adapter as
+in "seq_bn", adapter LayerNorms, gating, PHM, parallel adapters, learned scaling, LoRA on k or
+the feed-forward, DoRA, VeRA) is refused naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from hubcli.errors import AdapterError
+from hubcli.format.vocab import DEFAULT_MAX_LENGTH
+from hubcli.interop.adapters_format import (ACTIVATIONS, ADAPTER_CONFIG, ADAPTER_KEY,
+                                            ADAPTER_WEIGHTS, HEAD_CONFIG, HEAD_WEIGHTS, HEADS,
+                                            LIBRARY, LORA_KEY, LORA_MATRICES, LORA_REQUIRED,
+                                            PLACEMENTS, REQUIRED)
+
+
+def import_adapters_dir(src: Path, out: Path, *, base: str | None = None, name: str | None = None,
+                        notify: Callable[[str], None] = lambda _m: None) -> dict:
+    """Write our adapter folder `out` from the `adapters`-library folder `src`; returns the
+    manifest. The base is `base`, else the config's `model_name`.
+
+    Raises:
+        AdapterError: a missing or unreadable file, a pickle that needs a full unpickler, a
+            configuration field our methods cannot reproduce (named), or weights that do not
+            fit the base.
+        ModelError: the base cannot be loaded.
+    """
+    from hubcli.base.load import load_base
+    from hubcli.core.model import AdapterModel
+    from hubcli.local.adapterdir import framework_versions, now_iso, write_adapter_dir
+    from hubcli.signing.policy import record_trained
+
+    src = Path(src)
+    doc, head_doc = _read_json(src / ADAPTER_CONFIG), _read_json(src / HEAD_CONFIG)
+    loaded = load_base(base or doc.get("model_name"))
+    num_layers = loaded.info.num_layers
+    config, scaling = method_config(doc, num_layers)
+    task, head = head_config(head_doc)
+    tensors = {**adapter_tensors(read_library_weights(src, ADAPTER_WEIGHTS), scaling),
+               **head_tensors(read_library_weights(src, HEAD_WEIGHTS), head.type)}
+    name = name or doc.get("name") or src.name
+    model = AdapterModel(loaded.encoder)
+    model.add_adapter(name, config, head)
+    model.load_adapter_state(name, tensors)  # checks names and shapes against the base
+    counts = model.parameter_counts(name)
+    manifest = {
+        "schema_version": 1, "name": name, "version": "0.1.0",
+        "description": f"imported from {src.name} ({LIBRARY} {_library_version(doc)})",
+        "task": task, "head": head.to_manifest(), "base_model": loaded.info.to_manifest(),
+        "architecture": config.to_manifest(num_layers),
+        "parameters": {**counts, "share": round(counts["trainable"] / counts["base"], 6)},
+        "training": {"max_length": DEFAULT_MAX_LENGTH}, "metrics": {"validation": []},
+        "files": [], "created": now_iso(), "framework": framework_versions(),
+        "source": {"library": LIBRARY, "version": _library_version(doc), "config": doc,
+                   "head_config": head_doc},
+    }
+    manifest = write_adapter_dir(Path(out), manifest, model.adapter_state_dict(name))
+    record_trained(Path(out))  # made here from weights read without a full unpickler
+    notify(f"imported {src} ({config.method}, {task}) on base {loaded.info.name}")
+    return manifest
+
+
+def method_config(doc: dict, num_layers: int):
+    """(our method's config, the bottleneck scaling to fold in) for an adapter_config.json:
+    a bottleneck config (its `architecture` is null) or LoRA.
+
+    Raises:
+        AdapterError: another method, or a field our methods cannot reproduce, named.
+    """
+    cfg = doc.get("config")
+    if not isinstance(cfg, dict):
+        raise AdapterError(f"{ADAPTER_CONFIG}: 'config' is {cfg!r}, not a configuration",
+                           hint="re-save the adapter with the adapters library's save_adapter")
+    layers = tuple(i for i in range(num_layers)
+                   if i not in {int(j) for j in cfg.get("leave_out") or []})
+    if cfg.get("architecture") == "lora":
+        return lora_config(cfg, _library_version(doc), layers), 1.0
+    if cfg.get("architecture") is not None:
+        raise _unsupported("architecture", cfg["architecture"],
+                           "only bottleneck adapters and LoRA are imported")
+    return houlsby_config(cfg, int(doc.get("hidden_size", 0)), layers)
+
+
+def lora_config(cfg: dict, version: str, layers: tuple[int, ...]):
+    """Our LoraConfig for the library's LoRA config: its update is also (alpha / r) B A x.
+
+    Raises:
+        AdapterError: a field our LoRA cannot reproduce, named.
+    """
+    from hubcli.core.config import LoraConfig
+
+    for key, wanted in LORA_REQUIRED.items():
+        if cfg.get(key, wanted) != wanted:
+            raise _unsupported(key, cfg[key], "our LoRA method cannot compute this variant")
+    matrices = cfg.get("attn_matrices", ["q", "v"])
+    if not matrices or any(m not in LORA_MATRICES for m in matrices):
+        raise _unsupported("attn_matrices", matrices, "our LoRA adapts q and v only")
+    if _older(version, (1, 1)) and cfg["r"] != cfg["alpha"]:
+        # before 1.1.0 the library scaled LoRA differently (its pull request 770)
+        raise _unsupported("version", version, "LoRA saved before 1.1.0 with r != alpha")
+    return LoraConfig(rank=int(cfg["r"]), alpha=float(cfg["alpha"]), layers=layers,
+                      placement=tuple(LORA_MATRICES[m] for m in matrices))
+
+
+def houlsby_config(cfg: dict, hidden: int, layers: tuple[int, ...]):
+    """(our HoulsbyConfig, the scaling to fold in) for a bottleneck config.
+
+    Raises:
+        AdapterError: a field our Houlsby method cannot reproduce, named.
+    """
+    from hubcli.core.config import HoulsbyConfig
+
+    for key, wanted in REQUIRED.items():
+        if cfg.get(key, wanted) != wanted:
+            raise _unsupported(key, cfg[key], "our Houlsby method cannot compute this variant")
+    if cfg.get("residual_before_ln", True) not in (True, False):
+        raise _unsupported("residual_before_ln", cfg["residual_before_ln"],
+                           "only true or false reproduce")
+    scaling = cfg.get("scaling", 1.0)
+    if isinstance(scaling, bool) or not isinstance(scaling, (int, float)):
+        raise _unsupported("scaling", scaling, "only a fixed number is folded into the weights")
+    act = str(cfg.get("non_linearity", "relu")).lower()
+    if act not in ACTIVATIONS:
+        raise _unsupported("non_linearity", act, f"supported: {', '.join(ACTIVATIONS)}")
+    placement = tuple(p for p, on in (("attention_output", cfg.get("mh_adapter")),
+                                      ("ffn_output", cfg.get("output_adapter"))) if on)
+    if not placement:
+        raise _unsupported("mh_adapter", False, "the adapter sits nowhere")
+    bottleneck = _bottleneck(cfg.get("reduction_factor", 16), hidden)
+    return HoulsbyConfig(bottleneck=bottleneck, layers=layers, non_linearity=ACTIVATIONS[act],
+                         placement=placement, train_layernorm=False), float(scaling)
+
+
+def head_config(doc: dict):
+    """(our task name, HeadConfig) for a head_config.json.
+
+    Raises:
+        AdapterError: a head type or setting we have no head for, named.
+    """
+    from hubcli.core.heads import HeadConfig
+
+    cfg = doc.get("config") or {}
+    kind = cfg.get("head_type")
+    if kind not in HEADS:
+        raise _unsupported("head_type", kind, f"supported: {', '.join(HEADS)}", HEAD_CONFIG)
+    task, head_type, layers, _ = HEADS[kind]
+    if cfg.get("layers", layers) != layers:
+        raise _unsupported("layers", cfg["layers"], f"a {kind} head has {layers}", HEAD_CONFIG)
+    if kind == "classification":
+        for key, wanted in (("activation_function", "tanh"), ("use_pooler", False),
+                            ("bias", True)):
+            if cfg.get(key, wanted) != wanted:
+                raise _unsupported(key, cfg[key], f"our head needs {wanted!r}", HEAD_CONFIG)
+    by_id = sorted((int(i), label) for label, i in (cfg.get("label2id") or {}).items())
+    labels = tuple(label for _, label in by_id) or tuple(str(i) for i in range(cfg["num_labels"]))
+    return task, HeadConfig(type=head_type, num_outputs=int(cfg["num_labels"]), labels=labels,
+                            pooling="cls")
+
+
+def adapter_tensors(raw: dict, scaling: float) -> dict:
+    """Our tensor names for the library's bottleneck or LoRA tensors, a bottleneck's
+    `scaling` folded into `up`.
+
+    Raises:
+        AdapterError: a tensor with no counterpart in our methods (named).
+    """
+    out = {}
+    for key, t in raw.items():
+        if m := LORA_KEY.search(key):
+            layer, site, matrix = m.groups()
+            out[f"adapters.{layer}.{site}.{matrix}.weight"] = t
+        elif m := ADAPTER_KEY.search(key):
+            layer, site, proj, kind = m.groups()
+            ours = "down" if proj == "adapter_down.0" else "up"
+            # up(z) * s == (s W) z + s b: the library scales the up-projection's output
+            out[f"adapters.{layer}.{PLACEMENTS[site]}.{ours}.{kind}"] = (
+                t * scaling if ours == "up" else t)
+        else:
+            raise AdapterError(f"tensor {key!r} has no counterpart in our adapters",
+                               hint="bottleneck down/up projections and LoRA A/B import")
+    return out
+
+
+def head_tensors(raw: dict, head_type: str) -> dict:
+    """Our head tensor names for the library's `heads.NAME.I.weight|bias`.
+
+    Raises:
+        AdapterError: a head tensor at an index our head does not have (named).
+    """
+    index = next(v[3] for v in HEADS.values() if v[1] == head_type)
+    out = {}
+    for key, t in raw.items():
+        parts = key.split(".")
+        if len(parts) < 3 or parts[-2] not in index:
+            raise AdapterError(f"head tensor {key!r} has no counterpart in our {head_type} head")
+        out[f"head.{index[parts[-2]]}.{parts[-1]}"] = t
+    return out
+
+
+def _bottleneck(reduction_factor: Any, hidden: int) -> int:
+    factors = set(reduction_factor.values()) if isinstance(reduction_factor, dict) else {
+        reduction_factor}
+    if len(factors) != 1:
+        raise _unsupported("reduction_factor", reduction_factor,
+                           "one bottleneck size for every layer")
+    if hidden < 1:
+        raise AdapterError(f"{ADAPTER_CONFIG}: no hidden_size")
+    return max(1, int(hidden // factors.pop()))  # as the library sizes its down-projection
+
+
+def read_library_weights(src: Path, names: tuple[str, str]) -> dict:
+    """The tensors of `src`'s safetensors file `names[0]`, else of its pickle `names[1]`
+    through the restricted loader.
+
+    Raises:
+        AdapterError: neither is there, or readable; the pickle needs a full unpickler.
+    """
+    safetensors_file, pickle_file = (src / n for n in names)
+    if safetensors_file.is_file():
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(safetensors_file))
+        except SafetensorError as e:
+            raise AdapterError(f"{safetensors_file}: not a readable safetensors file ({e})") \
+                from None
+    if pickle_file.is_file():
+        return _restricted_load(pickle_file)
+    raise AdapterError(f"{src}: neither {names[0]} nor {names[1]}",
+                       hint="point at a folder written by the adapters library's save_adapter")
+
+
+def _restricted_load(path: Path) -> dict:
+    """Tensors of a PyTorch pickle, read with the restricted loader only."""
+    import pickle
+
+    import torch
+
+    try:
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError, ValueError) as e:
+        raise AdapterError(f"{path.name}: refused: it needs a full unpickler, which could run "
+                           f"code ({str(e).splitlines()[0][:120]})",
+                           hint="ask its author for safetensors; nothing was unpickled") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise AdapterError(f"{path.name}: not a plain dict of tensors")
+    return state
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise AdapterError(f"{path}: missing or not JSON ({e})",
+                           hint="point at a folder written by the adapters library's save_adapter"
+                           ) from None
+    if not isinstance(doc, dict):
+        raise AdapterError(f"{path}: not a JSON object")
+    return doc
+
+
+def _older(version: str, than: tuple[int, int]) -> bool:
+    try:
+        return tuple(int(p) for p in version.split(".")[:2]) < than
+    except ValueError:
+        return False  # not a library version we know: assume the current arithmetic
+
+
+def _library_version(doc: dict) -> str:
+    return str(doc.get("version", "unknown")).removeprefix(f"{LIBRARY}.")
+
+
+def _unsupported(field: str, value: Any, why: str, where: str = ADAPTER_CONFIG) -> AdapterError:
+    return AdapterError(f"{where}: {field}={json.dumps(value)} cannot be reproduced: {why}",
+                        hint="nothing was written")

@@ -1,0 +1,126 @@
+"""`hub export --format adapters`: our Houlsby adapter as a folder the `adapters` library loads.
+An imported adapter exports back to the library's own tensors; the library itself (when its
+venv is there: ADAPTERS_VENV, default /tmp/anchor-venv) computes our logits from the export;
+LayerNorm deltas are refused unless dropped, and dropping them reports the measured change."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from factories import LORA, make_adapter_dir
+
+from hubcli.cli.main import cli
+from hubcli.interop.adapters_format import ADAPTER_WEIGHTS, HEAD_WEIGHTS
+
+FIXTURES = Path(__file__).parent / "data" / "adapters_fixtures"
+EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
+BASE = str(FIXTURES / "base")
+LIBRARY_PYTHON = Path(os.environ.get("ADAPTERS_VENV", "/tmp/anchor-venv")) / "bin" / "python"
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+# computes the library's logits for an exported folder on the fixture base
+LIBRARY_LOGITS = """
+import json, sys, torch
+from adapters import BertAdapterModel
+base, folder, batch = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+model = BertAdapterModel.from_pretrained(base)
+name = model.load_adapter(folder, use_safetensors=True)  # its loader reads .bin otherwise
+model.set_active_adapters(name)
+model.eval()
+with torch.no_grad():
+    print(json.dumps(model(**{k: torch.tensor(v) for k, v in batch.items()}).logits.tolist()))
+"""
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def our_logits(adapter: Path, base: str):
+    import torch
+
+    from hubcli.local.inference import load_predictor
+
+    predictor = load_predictor(adapter, base=base, allow_unsigned=True, allow_base_mismatch=True)
+    with torch.inference_mode():
+        return predictor.model(*(torch.tensor(EXPECTED["houlsby_cls_bin"][k]) for k in INPUTS))
+
+
+@pytest.mark.parametrize("fixture", ["houlsby_cls_bin", "lora_cls"])
+def test_an_imported_adapter_exports_back_to_the_librarys_tensors(fixture, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    from hubcli.interop.adapters_import import read_library_weights
+
+    ours, back = tmp_path / "ours", tmp_path / "back"
+    assert run("import", FIXTURES / fixture, "--out", ours, "--base", BASE).exit_code == 0
+    result = run("export", ours, "--format", "adapters", "--out", back, "--base", BASE)
+    assert result.exit_code == 0, result.output
+    for exported, originals in (("adapter.safetensors", ADAPTER_WEIGHTS),
+                                ("model_head.safetensors", HEAD_WEIGHTS)):
+        got = load_file(str(back / exported))
+        want = read_library_weights(FIXTURES / fixture, originals)
+        assert got.keys() == want.keys()
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], atol=0, rtol=0)
+    config = json.loads((back / "adapter_config.json").read_text())["config"]
+    original = json.loads((FIXTURES / fixture / "adapter_config.json").read_text())["config"]
+    for key in ("non_linearity", "mh_adapter", "output_adapter", "leave_out", "original_ln_before",
+                "original_ln_after", "residual_before_ln", "architecture", "r", "alpha",
+                "attn_matrices", "selfattn_lora"):
+        assert config.get(key) == original.get(key), key
+
+
+@pytest.mark.skipif(not LIBRARY_PYTHON.exists(), reason="no venv with the adapters library")
+@pytest.mark.parametrize("architecture", [
+    {"layernorm": "frozen", "non_linearity": "silu", "layers": [1]},
+    {**LORA, "layers": [1], "placement": ["value"]},
+    {**LORA, "layers": [0, 1]}])
+def test_the_adapters_library_computes_our_logits_from_the_export(architecture, tmp_path):
+    from hubcli.base.hashing import content_hash
+
+    adapter = make_adapter_dir(
+        tmp_path / "ours", name="ours", seed=3, head={"pooling": "cls"},
+        base_model={"content_hash": content_hash(Path(BASE))}, architecture=architecture)
+    out = tmp_path / "for-adapters"
+    result = run("export", adapter, "--format", "adapters", "--out", out, "--base", BASE,
+                 "--allow-unsigned")
+    assert result.exit_code == 0, result.output
+    batch = {k: EXPECTED["houlsby_cls_bin"][k] for k in INPUTS}
+    theirs = subprocess.run([LIBRARY_PYTHON, "-c", LIBRARY_LOGITS, BASE, out, json.dumps(batch)],
+                            capture_output=True, text=True, check=True)
+    import torch
+
+    torch.testing.assert_close(torch.tensor(json.loads(theirs.stdout.splitlines()[-1])),
+                               our_logits(adapter, BASE), atol=1e-4, rtol=0)
+
+
+def test_layernorm_deltas_are_refused_unless_dropped_and_then_measured(tmp_path, tiny_base_dir):
+    from hubcli.data import sample_dataset
+
+    adapter = make_adapter_dir(tmp_path / "ln", name="ln", head={"pooling": "cls"})
+    common = ("--base", tiny_base_dir, "--allow-unsigned", "--allow-base-mismatch")
+    refused = run("export", adapter, "--format", "adapters", "--out", tmp_path / "x", *common)
+    assert refused.exit_code == 1
+    assert refused.output.splitlines()[0].startswith("error: the adapter trains LayerNorm deltas")
+    assert not (tmp_path / "x").exists()
+    dropped = run("export", adapter, "--format", "adapters", "--out", tmp_path / "x",
+                  "--drop-layernorm-deltas", "--data", sample_dataset()[1], "--json", *common)
+    assert dropped.exit_code == 0, dropped.output
+    report = json.loads(dropped.output.splitlines()[-1])
+    assert report["dropped_layernorm"] is True and report["metric"] == "accuracy"
+    assert 0 <= report["with_deltas"] <= 1 and 0 <= report["without_deltas"] <= 1
+    assert (tmp_path / "x" / "adapter.safetensors").is_file()
+
+
+def test_mean_pooling_is_refused_naming_the_field(tmp_path, tiny_base_dir):
+    adapter = make_adapter_dir(tmp_path / "mean", name="mean", architecture={"layernorm": "frozen"})
+    result = run("export", adapter, "--format", "adapters", "--out", tmp_path / "x",
+                 "--base", tiny_base_dir, "--allow-unsigned", "--allow-base-mismatch")
+    assert result.exit_code == 1
+    assert result.output.splitlines()[0].startswith("error: head.pooling='mean'")

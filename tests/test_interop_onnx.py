@@ -1,0 +1,108 @@
+"""ONNX export of base + adapter + head, and predicting with it under onnxruntime: the graph
+passes onnx.checker, its logits match PyTorch's to 1e-4 at batch and sequence sizes other than
+the traced ones, and `hub predict --runtime onnx` predicts what the PyTorch path predicts."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from factories import make_adapter_dir
+
+from hubcli.cli.main import cli
+
+pytest.importorskip("onnxruntime")
+
+TEXTS = ["a gripping, beautifully acted film about two brothers in Paris", "dull",
+         "Angela Merkel visited Paris", "not bad at all"]
+TAGGING = {"task": "tagging", "head": {"type": "token_classification", "num_outputs": 3,
+                                       "labels": ["O", "B-PER", "B-LOC"]}}
+ATTACH = {"allow_unsigned": True, "allow_base_mismatch": True}
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+@pytest.fixture(params=["classification", "tagging"])
+def adapter(request, tmp_path):
+    overrides = TAGGING if request.param == "tagging" else {}
+    return make_adapter_dir(tmp_path / request.param, name=request.param, **overrides)
+
+
+def test_onnx_logits_match_pytorch(adapter, tiny_base_dir, tmp_path):
+    import onnx
+    import torch
+
+    from hubcli.interop.onnx_export import export_onnx
+    from hubcli.interop.onnx_runtime import load_onnx
+    from hubcli.local.inference import load_predictor
+
+    out = tmp_path / "x.onnx"
+    export_onnx(adapter, out, base=str(tiny_base_dir), **ATTACH)
+    onnx.checker.check_model(onnx.load(str(out)), full_check=True)
+    runtime = load_onnx(out, base=str(tiny_base_dir))
+    torch_side = load_predictor(adapter, base=str(tiny_base_dir), **ATTACH)
+    for texts in (TEXTS, TEXTS[:1]):  # batch 4 with padding, and batch 1 with none
+        feats = runtime.task.encode([runtime.task.parse_input(t) for t in texts],
+                                    runtime.tokenizer, runtime.labels, runtime.max_length,
+                                    with_targets=False)
+        padded = runtime.task.padded_inputs(feats)
+        with torch.inference_mode():
+            expected = torch_side.model(*(torch.tensor(padded[k]) for k in
+                                          ("input_ids", "attention_mask", "token_type_ids")))
+        got = runtime.logits(padded)
+        assert got.shape == tuple(expected.shape)
+        np.testing.assert_allclose(got, expected.numpy(), atol=1e-4, rtol=0)
+
+
+def test_cli_export_then_predict_with_onnx_runtime(adapter, tiny_base_dir, tmp_path):
+    out = tmp_path / "x.onnx"
+    common = ("--base", tiny_base_dir, "--allow-unsigned", "--allow-base-mismatch")
+    exported = run("export", adapter, "--format", "onnx", "--out", out, *common)
+    assert exported.exit_code == 0, exported.output
+    assert out.stat().st_size > 0
+    preds = {}
+    for runtime in ("torch", "onnx"):
+        result = run("predict", adapter, *TEXTS, "--runtime", runtime, "--json", *common)
+        assert result.exit_code == 0, result.output
+        preds[runtime] = [json.loads(line) for line in result.output.splitlines()
+                          if line.startswith("{")]
+    assert len(preds["onnx"]) == len(TEXTS)
+    for ours, theirs in zip(preds["onnx"], preds["torch"]):
+        assert ours.keys() == theirs.keys()
+        if "label" in ours:
+            assert ours["label"] == theirs["label"]
+            assert ours["score"] == pytest.approx(theirs["score"], abs=1e-4)
+        else:
+            assert ours["tags"] == theirs["tags"]
+            assert [e["score"] for e in ours["entities"]] == pytest.approx(
+                [e["score"] for e in theirs["entities"]], abs=1e-4)
+
+
+def test_a_damaged_cached_graph_is_exported_again(adapter, tiny_base_dir, hub_home):
+    from hubcli.api import load_onnx_predictor
+    from hubcli.settings import ONNX_CACHE_DIR
+
+    first = load_onnx_predictor(adapter, base=str(tiny_base_dir), **ATTACH)
+    (cached,) = (hub_home / ONNX_CACHE_DIR).iterdir()
+    cached.write_bytes(b"damaged")
+    notes: list[str] = []
+    again = load_onnx_predictor(adapter, base=str(tiny_base_dir), notify=notes.append, **ATTACH)
+    assert any("damaged; exporting again" in n for n in notes)
+    batch = first.task.padded_inputs(first.task.encode(
+        [first.task.parse_input(TEXTS[0])], first.tokenizer, first.labels, first.max_length,
+        with_targets=False))
+    np.testing.assert_array_equal(again.logits(batch), first.logits(batch))
+
+
+def test_predict_onnx_refuses_a_file_that_is_not_an_export(tmp_path, tiny_base_dir):
+    from hubcli.errors import AdapterError
+    from hubcli.interop.onnx_runtime import load_onnx
+
+    bogus = tmp_path / "bogus.onnx"
+    bogus.write_bytes(b"not a graph")
+    with pytest.raises(AdapterError, match="not a readable ONNX graph"):
+        load_onnx(bogus, base=str(tiny_base_dir))
