@@ -1,0 +1,214 @@
+"""`hub serve`: a real uvicorn server on a free localhost port, driven over real HTTP.
+
+Three tiny adapters (a Houlsby classifier, a LoRA classifier, a Houlsby tagger) on the tiny
+random BERT, plus `__base__`."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from factories import LORA, make_adapter_dir
+
+from hubcli.api import AdapterHub
+from hubcli.serving.app import ServeSettings
+from hubcli.serving.batcher import BatchSettings
+from hubcli.serving.engine import Engine
+from hubcli.serving.server import make_server
+
+TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+TEXTS = ["a gripping film", "Angela Merkel visited Paris .", "dull and long", "Paris in spring",
+         "an utter mess", "quietly moving", "a film", "Berlin"]
+POLICY = {"allow_unsigned": True, "allow_base_mismatch": True}
+
+
+@pytest.fixture(scope="module")
+def adapters(tmp_path_factory) -> dict[str, str]:
+    out = tmp_path_factory.mktemp("served")
+    made = {
+        "sst": make_adapter_dir(out / "sst", name="sst", seed=1),
+        "lora": make_adapter_dir(out / "lora", name="lora", seed=2, architecture=LORA),
+        "ner": make_adapter_dir(out / "ner", name="ner", seed=3, task="tagging",
+                                head={"type": "token_classification", "num_outputs": len(TAGS),
+                                      "labels": TAGS}),
+    }
+    return {name: str(path) for name, path in made.items()}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def running(engine: Engine, settings: ServeSettings):
+    """A real uvicorn server for `engine` in a thread; yields its URL; stops it gracefully."""
+    port = free_port()
+    server = make_server(engine, settings, host="127.0.0.1", port=port, access_log=False)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}", server
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def engine(adapters, tiny_base_dir) -> Engine:
+    engine = Engine(str(tiny_base_dir), **POLICY)
+    for path in adapters.values():
+        engine.attach(path, Path(path))
+    return engine
+
+
+@pytest.fixture(scope="module")
+def url(engine):
+    with running(engine, ServeSettings(BatchSettings(max_wait_ms=50))) as (url, _server):
+        yield url
+
+
+def close(a, b) -> bool:
+    """Equal up to float noise (1e-5)."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float):
+        return abs(a - b) <= 1e-5
+    return a == b
+
+
+def test_mixed_concurrent_requests_equal_each_adapter_alone(url, adapters, tiny_base_dir):
+    hub = AdapterHub(str(tiny_base_dir))
+    for name, path in adapters.items():
+        hub.load(path, name=name, **POLICY)
+    expected = {path: [{"text": t, **p} for t, p in zip(TEXTS, hub.predict(TEXTS, adapter=name))]
+                for name, path in adapters.items()}
+    requests = [(path, TEXTS[i:i + 3]) for path in adapters.values() for i in range(0, 8, 3)]
+    requests += [("__base__", TEXTS[i:i + 3]) for i in range(0, 8, 3)]
+    with httpx.Client(timeout=30) as client, ThreadPoolExecutor(len(requests)) as pool:
+        answers = list(pool.map(lambda r: client.post(f"{url}/v1/predict",
+                                                      json={"adapter": r[0], "inputs": r[1]}),
+                                requests))
+        base_alone = client.post(f"{url}/v1/predict",
+                                 json={"adapter": "__base__", "inputs": TEXTS}).json()
+    assert [a.status_code for a in answers] == [200] * len(requests)
+    for (name, texts), answer in zip(requests, answers):
+        got = answer.json()["predictions"]
+        want = (base_alone["predictions"] if name == "__base__" else expected[name])
+        start = TEXTS.index(texts[0])
+        assert close(got, want[start:start + len(texts)]), name
+    assert len(base_alone["predictions"][0]["embedding"]) == 32
+    assert "entities" in expected[adapters["ner"]][1] and "label" in expected[adapters["sst"]][0]
+
+
+def test_a_batch_really_mixes_adapters(url, adapters):
+    body = httpx.get(f"{url}/metrics").text
+    # the concurrent test above (or this module's requests) ran passes of more than one request
+    assert "hub_serve_batch_requests_bucket" in body
+    assert "hub_serve_request_seconds_bucket" in body
+    assert "hub_serve_queue_depth" in body
+    assert "hub_serve_adapter_loads_total" in body and "hub_serve_adapter_evictions_total" in body
+    with httpx.Client(timeout=30) as client, ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: client.post(f"{url}/v1/predict", json={
+            "adapter": list(adapters.values())[i % 3], "inputs": ["a film"]}), range(8)))
+    samples = _samples(httpx.get(f"{url}/metrics").text, "hub_serve_batch_requests")
+    assert samples["count"] < samples["sum"], "every pass ran a single request"
+
+
+def _samples(text: str, name: str) -> dict[str, float]:
+    return {line.split()[0].removeprefix(f"{name}_"): float(line.split()[1])
+            for line in text.splitlines() if line.startswith(f"{name}_") and "{" not in line}
+
+
+def test_adapters_health_and_ready(url, adapters):
+    listed = httpx.get(f"{url}/v1/adapters").json()["adapters"]
+    assert {a["name"] for a in listed} == {"__base__", *adapters.values()}
+    assert httpx.get(f"{url}/health").json() == {"status": "ok"}
+    assert httpx.get(f"{url}/ready").status_code == 200
+
+
+@pytest.mark.parametrize("body, status, first", [
+    (b"{not json", 422, "the body is not valid JSON"),
+    (b'{"adapter": "sst"}', 422, "inputs: Field required"),
+    (b'{"adapter": "nope", "inputs": ["x"]}', 404, "no adapter named 'nope' is served"),
+    (b'{"adapter": "__base__", "inputs": ' + b'["x"' + b', "x"' * 64 + b"]}", 413,
+     "65 inputs exceed the limit of 64 per request"),
+    (b'{"adapter": "__base__", "inputs": ["' + b"x" * 10_001 + b'"]}', 413,
+     "an input of 10001 characters exceeds the limit of 10000"),
+])
+def test_refusals_are_one_line(url, body, status, first):
+    answer = httpx.post(f"{url}/v1/predict", content=body,
+                        headers={"content-type": "application/json"})
+    assert answer.status_code == status
+    assert answer.json()["error"] == first
+    assert "\n" not in answer.json()["error"]
+
+
+def held(server) -> tuple[threading.Event, threading.Event]:
+    """(entered, gate): the server's passes wait for `gate`; `entered` is set once one does."""
+    entered, gate = threading.Event(), threading.Event()
+    batcher = server.config.app.state.batcher
+    run = batcher.run
+
+    def slow(jobs):
+        entered.set()
+        gate.wait(30)
+        return run(jobs)
+
+    batcher.run = slow
+    return entered, gate
+
+
+def wait_for_depth(server, depth: int) -> None:
+    deadline = time.monotonic() + 30
+    while server.config.app.state.batcher.depth() < depth:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_a_full_queue_answers_503_with_retry_after(engine):
+    settings = ServeSettings(BatchSettings(queue_size=1, batching=False))
+    body = {"adapter": "__base__", "inputs": ["x"]}
+    with running(engine, settings) as (url, server), httpx.Client(timeout=30) as client, \
+            ThreadPoolExecutor(2) as pool:
+        entered, gate = held(server)
+        first = [pool.submit(client.post, f"{url}/v1/predict", json=body)]
+        entered.wait(30)  # one running
+        first.append(pool.submit(client.post, f"{url}/v1/predict", json=body))
+        wait_for_depth(server, 1)  # one queued
+        refused = client.post(f"{url}/v1/predict", json=body)
+        gate.set()
+        assert [f.result().status_code for f in first] == [200, 200]
+    assert refused.status_code == 503
+    assert refused.headers["retry-after"] == "1"
+    assert refused.json()["error"] == "the request queue is full (1 waiting)"
+
+
+def test_shutdown_finishes_requests_in_flight(engine):
+    with running(engine, ServeSettings(BatchSettings(batching=False))) as (url, server), \
+            ThreadPoolExecutor(5) as pool:
+        entered, gate = held(server)
+        inflight = [pool.submit(httpx.post, f"{url}/v1/predict", timeout=30,
+                                json={"adapter": "__base__", "inputs": [f"text {i}"]})
+                    for i in range(5)]
+        entered.wait(30)
+        wait_for_depth(server, 4)
+        server.should_exit = True
+        time.sleep(0.3)  # uvicorn has noticed and stopped accepting
+        gate.set()
+        answers = [f.result() for f in inflight]
+    assert [a.status_code for a in answers] == [200] * 5
+    assert [a.json()["predictions"][0]["text"] for a in answers] == [f"text {i}" for i in range(5)]
