@@ -10,7 +10,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
 import pytest
@@ -20,6 +19,7 @@ from hubcli.api import AdapterHub
 from hubcli.serving.app import ServeSettings
 from hubcli.serving.batcher import BatchSettings
 from hubcli.serving.engine import Engine
+from hubcli.serving.pool import Pool
 from hubcli.serving.server import make_server
 
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
@@ -48,10 +48,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def running(engine: Engine, settings: ServeSettings):
-    """A real uvicorn server for `engine` in a thread; yields its URL; stops it gracefully."""
+def running(pool: Pool, settings: ServeSettings):
+    """A real uvicorn server for `pool` in a thread; yields its URL; stops it gracefully."""
     port = free_port()
-    server = make_server(engine, settings, host="127.0.0.1", port=port, access_log=False)
+    server = make_server(pool, settings, host="127.0.0.1", port=port, access_log=False)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -66,16 +66,21 @@ def running(engine: Engine, settings: ServeSettings):
 
 
 @pytest.fixture(scope="module")
-def engine(adapters, tiny_base_dir) -> Engine:
-    engine = Engine(str(tiny_base_dir), **POLICY)
-    for path in adapters.values():
-        engine.attach(path, Path(path))
-    return engine
+def engine(tiny_base_dir) -> Engine:
+    return Engine(str(tiny_base_dir), **POLICY)
 
 
 @pytest.fixture(scope="module")
-def url(engine):
-    with running(engine, ServeSettings(BatchSettings(max_wait_ms=50))) as (url, _server):
+def pool(engine, adapters) -> Pool:
+    pool = Pool(engine)
+    for path in adapters.values():
+        pool.add(path)
+    return pool
+
+
+@pytest.fixture(scope="module")
+def url(pool):
+    with running(pool, ServeSettings(BatchSettings(max_wait_ms=50))) as (url, _server):
         yield url
 
 
@@ -179,10 +184,10 @@ def wait_for_depth(server, depth: int) -> None:
         time.sleep(0.01)
 
 
-def test_a_full_queue_answers_503_with_retry_after(engine):
+def test_a_full_queue_answers_503_with_retry_after(pool):
     settings = ServeSettings(BatchSettings(queue_size=1, batching=False))
     body = {"adapter": "__base__", "inputs": ["x"]}
-    with running(engine, settings) as (url, server), httpx.Client(timeout=30) as client, \
+    with running(pool, settings) as (url, server), httpx.Client(timeout=30) as client, \
             ThreadPoolExecutor(2) as pool:
         entered, gate = held(server)
         first = [pool.submit(client.post, f"{url}/v1/predict", json=body)]
@@ -197,8 +202,8 @@ def test_a_full_queue_answers_503_with_retry_after(engine):
     assert refused.json()["error"] == "the request queue is full (1 waiting)"
 
 
-def test_shutdown_finishes_requests_in_flight(engine):
-    with running(engine, ServeSettings(BatchSettings(batching=False))) as (url, server), \
+def test_shutdown_finishes_requests_in_flight(pool):
+    with running(pool, ServeSettings(BatchSettings(batching=False))) as (url, server), \
             ThreadPoolExecutor(5) as pool:
         entered, gate = held(server)
         inflight = [pool.submit(httpx.post, f"{url}/v1/predict", timeout=30,

@@ -26,15 +26,24 @@ POSITIVE = click.IntRange(min=1)
 @click.option("--max-text-chars", default=10_000, show_default=True, type=POSITIVE,
               help="characters per text; longer is answered 413")
 @click.option("--no-batching", is_flag=True, help="run each request alone (for comparison)")
+@click.option("--allow-pull", is_flag=True,
+              help="load a registry adapter (NS/NAME[@VERSION]) on its first request, verified")
+@click.option("--max-adapters", type=POSITIVE,
+              help="adapters attached at most; the least recently used is detached (default: "
+                   "no limit)")
+@click.option("--admin-token", envvar="HUB_SERVE_ADMIN_TOKEN",
+              help="bearer token for POST/DELETE /v1/adapters (env HUB_SERVE_ADMIN_TOKEN; "
+                   "default: those endpoints are off)")
 @attach_options
 def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, max_inputs,
-              max_text_chars, no_batching, **attach) -> None:
+              max_text_chars, no_batching, allow_pull, max_adapters, admin_token,
+              **attach) -> None:
     """Serve adapters over HTTP: hub serve ADAPTER... (folders or NS/NAME[@VERSION]).
 
     POST /v1/predict {"adapter": NAME, "inputs": [TEXT, ...]} answers what `hub predict
     --json` prints; "__base__" is the untouched base (sentence embeddings). Requests for any
-    mix of adapters arriving together run as one forward pass. Also GET /v1/adapters,
-    /health, /ready, /metrics (Prometheus) and /docs.
+    mix of adapters arriving together run as one forward pass. Also GET /v1/adapters
+    (POST, DELETE with --admin-token), /health, /ready, /metrics (Prometheus) and /docs.
     """
     try:
         from hubcli.serving.app import ServeSettings
@@ -46,6 +55,7 @@ def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, m
 
     settings = ServeSettings(BatchSettings(max_wait_ms, max_batch_tokens, queue_size,
                                            batching=not no_batching),
-                             max_inputs=max_inputs, max_text_chars=max_text_chars)
+                             max_inputs=max_inputs, max_text_chars=max_text_chars,
+                             admin_token=admin_token)
     serve(list(adapters) or ["__base__"], settings, host=host, port=port, notify=notice,
-          **attach)
+          allow_pull=allow_pull, max_adapters=max_adapters, **attach)

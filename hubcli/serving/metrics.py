@@ -33,5 +33,14 @@ class Metrics:
         self.batch_rows.observe(rows)
         self.batch_requests.observe(requests)
 
+    def adapter_event(self, kind: str, name: str) -> None:
+        """What the pool reports: "hit", "load" or "evict" of adapter `name`."""
+        if kind == "hit":
+            self.adapter_hits.labels(name).inc()
+        elif kind == "load":
+            self.adapter_loads.inc()
+        else:
+            self.adapter_evictions.inc()
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
