@@ -59,7 +59,8 @@ def make_adapters(work: Path, n: int) -> list[Path]:
         out = work / f"a{k}"
         if not (out / "manifest.json").exists():
             g = torch.Generator().manual_seed(k)
-            noisy = {name: t + 0.01 * torch.randn(t.shape, generator=g) for name, t in weights.items()}
+            noisy = {name: t + 0.01 * torch.randn(t.shape, generator=g)
+                     for name, t in weights.items()}
             write_adapter_dir(out, {**manifest, "name": f"a{k}"}, noisy)
         folders.append(out)
     return folders

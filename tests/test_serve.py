@@ -217,3 +217,101 @@ def test_shutdown_finishes_requests_in_flight(pool):
         answers = [f.result() for f in inflight]
     assert [a.status_code for a in answers] == [200] * 5
     assert [a.json()["predictions"][0]["text"] for a in answers] == [f"text {i}" for i in range(5)]
+
+
+def metric(url: str, name: str) -> float:
+    """The sum of a metric's samples (over all labels) in /metrics."""
+    return sum(float(line.split()[-1]) for line in httpx.get(f"{url}/metrics").text.splitlines()
+               if line.startswith((f"{name} ", f"{name}{{")))
+
+
+def test_least_recently_used_adapter_is_evicted_and_reloaded(adapters, tiny_base_dir):
+    pool = Pool(Engine(str(tiny_base_dir), **POLICY), max_adapters=2)
+    for path in adapters.values():
+        pool.add(path)
+    sst, lora, ner = adapters.values()
+    assert list(pool.listing()) == ["__base__", lora, ner]  # sst was used least recently
+    with running(pool, ServeSettings()) as (url, _server):
+        answer = httpx.post(f"{url}/v1/predict", json={"adapter": sst, "inputs": ["a film"]})
+        assert answer.status_code == 200 and "label" in answer.json()["predictions"][0]
+        assert list(pool.listing()) == ["__base__", ner, sst]
+        # counted from the app's start: the two attached then, one reload; lora evicted
+        assert metric(url, "hub_serve_adapter_loads_total") == 3
+        assert metric(url, "hub_serve_adapter_evictions_total") == 1
+
+
+@pytest.fixture
+def published(remote, registry_user, live_registry, monkeypatch, tmp_path):
+    """sst2-adapter 1.0.0 signed and pushed by the test's user, whose registry is the default;
+    a function to publish more versions."""
+    from factories import make_signed_bundle
+
+    from hubcli.remote import client as remote_api
+    from hubcli.signing.sign import create_signing_key
+
+    create_signing_key(name=registry_user[0])
+    remote_api.upload_own_key(remote)
+    monkeypatch.setenv("HUB_ENDPOINT", live_registry.url)
+    monkeypatch.setenv("HUB_TOKEN", registry_user[1])
+
+    def publish(name: str, version: str, seed: int):
+        bundle = make_signed_bundle(tmp_path / version / name, name=name, version=version,
+                                    seed=seed)
+        remote_api.push_bundle(remote, bundle)
+        return bundle
+
+    publish("sst2-adapter", "1.0.0", 1)
+    return publish
+
+
+def test_fifty_first_requests_for_a_registry_adapter_cause_one_verified_load(
+        published, registry_user, live_registry, tiny_base_dir):
+    import json
+
+    ref = f"{registry_user[0]}/sst2-adapter"
+    bundle = published("bad-adapter", "1.0.0", 99)  # then tamper with its weights there
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    sha = next(f["sha256"] for f in manifest["files"] if f["path"] == "adapter.safetensors")
+    blob = live_registry.folder / "blobs" / sha[:2] / sha[2:4] / sha
+    good = blob.read_bytes()
+    blob.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+
+    pool = Pool(Engine(str(tiny_base_dir), allow_base_mismatch=True), allow_pull=True)
+    with running(pool, ServeSettings()) as (url, _server), httpx.Client(timeout=60) as client, \
+            ThreadPoolExecutor(50) as threads:
+        body = {"adapter": f"{ref}@1.0.0", "inputs": ["a film"]}
+        answers = list(threads.map(lambda _i: client.post(f"{url}/v1/predict", json=body),
+                                   range(50)))
+        assert [a.status_code for a in answers] == [200] * 50
+        assert metric(url, "hub_serve_adapter_loads_total") == 1
+        tampered = client.post(f"{url}/v1/predict", json={
+            "adapter": f"{registry_user[0]}/bad-adapter", "inputs": ["a film"]})
+        assert tampered.status_code == 422
+        assert "adapter.safetensors" in tampered.json()["error"], tampered.json()
+        again = client.post(f"{url}/v1/predict", json={"adapter": ref, "inputs": ["a film"]})
+        assert again.status_code == 200  # served as NS/NAME, whatever version was asked for
+        unknown = client.post(f"{url}/v1/predict", json={"adapter": f"{ref}-nope",
+                                                         "inputs": ["a film"]})
+        assert unknown.status_code == 404
+    assert [a["name"] for a in pool.listing().values()] == ["__base__", ref]
+
+
+def test_admin_endpoints_load_and_unload_with_the_token(adapters, tiny_base_dir, url):
+    assert httpx.post(f"{url}/v1/adapters", json={"adapter": adapters["sst"]}).json()["error"] \
+        == "the admin endpoints are off"
+    pool = Pool(Engine(str(tiny_base_dir), **POLICY))
+    with running(pool, ServeSettings(admin_token="s3cret")) as (admin_url, _server), \
+            httpx.Client(timeout=30, headers={"authorization": "Bearer s3cret"}) as client:
+        sst = adapters["sst"]
+        assert httpx.post(f"{admin_url}/v1/adapters", json={"adapter": sst},
+                          headers={"authorization": "Bearer nope"}).status_code == 401
+        loaded = client.post(f"{admin_url}/v1/adapters", json={"adapter": sst})
+        assert (loaded.status_code, loaded.json()["name"]) == (201, sst)
+        assert client.post(f"{admin_url}/v1/adapters", json={"adapter": sst}).status_code == 409
+        assert client.post(f"{admin_url}/v1/predict",
+                           json={"adapter": sst, "inputs": ["a film"]}).status_code == 200
+        assert client.delete(f"{admin_url}/v1/adapters/{sst}").status_code == 200
+        assert client.delete(f"{admin_url}/v1/adapters/{sst}").status_code == 404
+        assert client.post(f"{admin_url}/v1/predict",
+                           json={"adapter": sst, "inputs": ["a film"]}).status_code == 404
+    assert list(pool.listing()) == ["__base__"]

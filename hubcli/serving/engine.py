@@ -122,7 +122,8 @@ class Engine:
                               batch_size=max(start, 1))
         out, start = [], 0
         for job in jobs:
-            out.append([{"text": t, **p} for t, p in zip(job.texts, flat[start:start + len(job.texts)])])
+            mine = flat[start:start + len(job.texts)]
+            out.append([{"text": t, **p} for t, p in zip(job.texts, mine)])
             start += len(job.texts)
         return out
 

@@ -175,7 +175,7 @@ class Pool:
         return future
 
     def remove(self, name: str) -> None:
-        """Detach `name` (it may be loaded again on demand).
+        """Detach `name`; it is loaded again on demand only as any registry adapter is.
 
         Raises:
             NotServed: no such adapter is attached. InUse: requests for it are waiting.
@@ -187,6 +187,8 @@ class Pool:
             if served.slot in self._pins:
                 raise InUse(f"{served.name!r} has requests waiting")
             del self._served[served.name]
+            del self._sources[served.name]  # unloaded on purpose: no reload on demand
+            self._refs = {r: n for r, n in self._refs.items() if n != served.name}
         self.engine.detach(served.slot)
 
     def listing(self) -> dict[str, dict]:
