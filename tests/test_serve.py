@@ -16,7 +16,7 @@ import pytest
 from factories import LORA, make_adapter_dir
 
 from hubcli.api import AdapterHub
-from hubcli.serving.app import ServeSettings
+from hubcli.serving.service import ServeSettings
 from hubcli.serving.batcher import BatchSettings
 from hubcli.serving.engine import Engine
 from hubcli.serving.pool import Pool
@@ -165,7 +165,7 @@ def test_refusals_are_one_line(url, body, status, first):
 def held(server) -> tuple[threading.Event, threading.Event]:
     """(entered, gate): the server's passes wait for `gate`; `entered` is set once one does."""
     entered, gate = threading.Event(), threading.Event()
-    batcher = server.config.app.state.batcher
+    batcher = server.config.app.state.service.batcher
     run = batcher.run
 
     def slow(jobs):
@@ -179,7 +179,7 @@ def held(server) -> tuple[threading.Event, threading.Event]:
 
 def wait_for_depth(server, depth: int) -> None:
     deadline = time.monotonic() + 30
-    while server.config.app.state.batcher.depth() < depth:
+    while server.config.app.state.service.batcher.depth() < depth:
         assert time.monotonic() < deadline
         time.sleep(0.01)
 

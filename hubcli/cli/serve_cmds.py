@@ -46,12 +46,12 @@ def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, m
     (POST, DELETE with --admin-token), /health, /ready, /metrics (Prometheus) and /docs.
     """
     try:
-        from hubcli.serving.app import ServeSettings
+        from hubcli.serving.server import serve
     except ImportError as err:  # the [serve] extra is optional
         raise UsageError(f"hub serve needs {err.name}, which is not installed",
                          hint='pip install "adapter-hub[serve]"') from None
     from hubcli.serving.batcher import BatchSettings
-    from hubcli.serving.server import serve
+    from hubcli.serving.service import ServeSettings
 
     settings = ServeSettings(BatchSettings(max_wait_ms, max_batch_tokens, queue_size,
                                            batching=not no_batching),

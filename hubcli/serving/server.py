@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from hubcli.serving.app import ServeSettings, create_app
+from hubcli.serving.app import create_app
+from hubcli.serving.service import ServeSettings
 from hubcli.serving.pool import Pool
 
 # uvicorn stops accepting on SIGINT/SIGTERM, then waits this long for requests in flight
