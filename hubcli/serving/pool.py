@@ -121,13 +121,14 @@ class Pool:
             raise AlreadyServed(f"{name!r} is served already")
         source = self._sources.get(name, ref)
         slot = self.engine.attach(resolve_adapter(source, notify=self.notify))
+        served = Served(name, slot, self.engine.manifest(slot))
         with self._meta:
-            self._served[name] = Served(name, slot, self.engine.manifest(slot))
+            self._served[name] = served
             self._sources[name] = source
             self._refs[ref] = name
         self.events("load", name)
         self._evict(keep=name)
-        return self._served[name]
+        return served
 
     def acquire(self, name: str) -> str | None:
         """The slot serving `name`, pinned until `release` (`BASE` for the base); None when
@@ -165,13 +166,14 @@ class Pool:
     def fetch(self, name: str) -> Future:
         """A future of `name` being attached: the one load under way for it, or a new one
         (in its own thread)."""
+        key = public_name(self._refs.get(name, name))  # NS/NAME and NS/NAME@V: one load
         with self._meta:
-            future = self._loading.get(name)
+            future = self._loading.get(key)
             if future is not None:
                 return future
-            future = self._loading[name] = Future()
-        threading.Thread(target=self._load, args=(name, future), daemon=True,
-                         name=f"hub-serve-load-{name}").start()
+            future = self._loading[key] = Future()
+        threading.Thread(target=self._load, args=(name, key, future), daemon=True,
+                         name=f"hub-serve-load-{key}").start()
         return future
 
     def remove(self, name: str) -> None:
@@ -203,14 +205,14 @@ class Pool:
     def _loadable(self, name: str) -> bool:
         return public_name(name) in self._sources or (self.allow_pull and is_registry_ref(name))
 
-    def _load(self, name: str, future: Future) -> None:
+    def _load(self, name: str, key: str, future: Future) -> None:
         try:
             future.set_result(self.add(name).slot)
         except Exception as err:  # the waiting requests answer with it
             future.set_exception(err)
         finally:
             with self._meta:
-                del self._loading[name]
+                del self._loading[key]
 
     def _evict(self, keep: str | None = None) -> None:
         """Detach the least recently used unpinned adapters (not `keep`) beyond
