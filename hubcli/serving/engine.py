@@ -1,5 +1,6 @@
 """The serving engine: one frozen base with several adapters attached, answering a batch of
-requests for any mix of them (the untouched base included) in one routed forward pass.
+requests for any mix of them (the untouched base included: its sentence embedding) in one
+routed forward pass.
 
 Adapters are attached under slot names (`slot0`, `slot1`, ...) because the names people use
 (`alice/sst2-adapter`, `./my-adapter`) may hold characters a module name cannot; the pool
@@ -14,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from hubcli.core.routing import BASE
-from hubcli.format.vocab import DEFAULT_MAX_LENGTH
+from hubcli.format.vocab import BASE, DEFAULT_MAX_LENGTH
 
 
 @dataclass
@@ -25,37 +25,6 @@ class Job:
     adapter: str
     texts: list[str]
     tokens: int
-
-
-class BaseEmbedding:
-    """What `__base__` rows decode to: the untouched base's sentence embedding, the mean of its
-    last hidden states over the tokens, L2-normalised (all-MiniLM-L6-v2's own pooling)."""
-
-    def __init__(self) -> None:
-        from hubcli.tasks import get_task
-
-        self._sentences = get_task("classification")
-
-    def parse_input(self, line: str):
-        return self._sentences.parse_input(line)
-
-    def encode(self, examples: list, tokenizer, labels: list[str], max_length: int, *,
-               with_targets: bool = False) -> list[dict]:
-        return self._sentences.encode(examples, tokenizer, labels, max_length, with_targets=False)
-
-    def collate(self, features: list[dict]) -> dict:
-        return self._sentences.collate(features)
-
-    def decode(self, hidden_per_feature: list, features: list[dict], examples: list,
-               labels: list[str]) -> list[dict]:
-        """{"embedding": [floats]} per example; `hidden_per_feature` holds [tokens, d] tensors."""
-        import torch
-
-        out: list[dict] = [{} for _ in examples]
-        for hidden, feature in zip(hidden_per_feature, features):
-            vector = torch.nn.functional.normalize(hidden.float().mean(dim=0), dim=0)
-            out[feature["example_index"]] = {"embedding": vector.tolist()}
-        return out
 
 
 class Engine:
@@ -73,7 +42,6 @@ class Engine:
                               "allow_base_mismatch": allow_base_mismatch}
         self._lock = threading.Lock()
         self._slots = itertools.count()
-        self._base_task = BaseEmbedding()
 
     def attach(self, folder: Path) -> str:
         """Verify the adapter in `folder` and attach it in a new slot; the slot.
@@ -105,36 +73,20 @@ class Engine:
         return sum(min(len(i), limit) for i in ids)
 
     def run(self, jobs: list[Job]) -> list[list[dict]]:
-        """Every job's predictions, all rows in one routed forward pass: per text what
-        `hub predict --json` prints for it ({"text": ..., **prediction}).
+        """Every job's predictions, the rows of all jobs routed together (one pass per 64
+        rows, `AdapterHub.predict` with one adapter per text): per text what `hub predict
+        --json` prints for it ({"text": ..., **prediction}).
 
         Raises:
             AdapterError, DataError: an input the adapter's task cannot take.
         """
-        from hubcli.local.inference import run_routed
-
-        groups, start = [], 0
-        for job in jobs:
-            groups.append(self._group(job, range(start, start + len(job.texts))))
-            start += len(job.texts)
+        texts = [t for job in jobs for t in job.texts]
         with self._lock:
-            flat = run_routed(self.hub.model, self.hub.base.tokenizer, groups,
-                              batch_size=max(start, 1))
+            flat = self.hub.predict(texts, adapter=[job.adapter for job in jobs
+                                                    for _ in job.texts])
         out, start = [], 0
         for job in jobs:
             mine = flat[start:start + len(job.texts)]
             out.append([{"text": t, **p} for t, p in zip(job.texts, mine)])
             start += len(job.texts)
         return out
-
-    def _group(self, job: Job, positions: range):
-        from hubcli.local.inference import RowGroup
-        from hubcli.tasks import get_task
-
-        if job.adapter == BASE:
-            task, labels = self._base_task, []
-        else:
-            manifest = self.manifest(job.adapter)
-            task, labels = get_task(manifest["task"]), list(manifest["head"]["labels"])
-        return RowGroup(job.adapter, task, labels, self.max_length(job.adapter),
-                        [task.parse_input(t) for t in job.texts], list(positions))

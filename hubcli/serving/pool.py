@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from hubcli.core.routing import BASE
 from hubcli.errors import AdapterError
-from hubcli.format.vocab import ADAPTER_REF
+from hubcli.format.vocab import ADAPTER_REF, BASE
 from hubcli.serving.engine import Engine
 
 
