@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "push": "hubcli.cli.registry_cmds:push",
     "pull": "hubcli.cli.registry_cmds:pull",
     "search": "hubcli.cli.registry_cmds:search",
+    "serve": "hubcli.cli.serve_cmds:serve_cmd",
     "quickstart": "hubcli.cli.registry_cmds:quickstart",
     "sweep": "hubcli.cli.analysis_cmds:sweep_cmd",
     "ablate": "hubcli.cli.analysis_cmds:ablate_cmd",

@@ -1,0 +1,61 @@
+"""`hub serve`: one base, many adapters, over HTTP."""
+
+from __future__ import annotations
+
+import click
+
+from hubcli.cli.model_cmds import attach_options
+from hubcli.cli.output import notice
+from hubcli.errors import UsageError
+
+POSITIVE = click.IntRange(min=1)
+
+
+@click.command("serve")
+@click.argument("adapters", nargs=-1)
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--max-wait-ms", default=5.0, show_default=True, type=click.FloatRange(min=0),
+              help="how long a batch waits for more requests after its first")
+@click.option("--max-batch-tokens", default=4096, show_default=True, type=POSITIVE,
+              help="tokens in one forward pass (a larger request runs alone)")
+@click.option("--queue-size", default=256, show_default=True, type=POSITIVE,
+              help="requests waiting at most; more are answered 503")
+@click.option("--max-inputs", default=64, show_default=True, type=POSITIVE,
+              help="texts per request; more are answered 413")
+@click.option("--max-text-chars", default=10_000, show_default=True, type=POSITIVE,
+              help="characters per text; longer is answered 413")
+@click.option("--no-batching", is_flag=True, help="run each request alone (for comparison)")
+@click.option("--allow-pull", is_flag=True,
+              help="load a registry adapter (NS/NAME[@VERSION]) on its first request, verified")
+@click.option("--max-adapters", type=POSITIVE,
+              help="adapters attached at most; the least recently used is detached (default: "
+                   "no limit)")
+@click.option("--admin-token", envvar="HUB_SERVE_ADMIN_TOKEN",
+              help="bearer token for POST/DELETE /v1/adapters (env HUB_SERVE_ADMIN_TOKEN; "
+                   "default: those endpoints are off)")
+@attach_options
+def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, max_inputs,
+              max_text_chars, no_batching, allow_pull, max_adapters, admin_token,
+              **attach) -> None:
+    """Serve adapters over HTTP: hub serve ADAPTER... (folders or NS/NAME[@VERSION]).
+
+    POST /v1/predict {"adapter": NAME, "inputs": [TEXT, ...]} answers what `hub predict
+    --json` prints; "__base__" is the untouched base (sentence embeddings). Requests for any
+    mix of adapters arriving together run as one forward pass. Also GET /v1/adapters
+    (POST, DELETE with --admin-token), /health, /ready, /metrics (Prometheus) and /docs.
+    """
+    try:
+        from hubcli.serving.server import serve
+    except ImportError as err:  # the [serve] extra is optional
+        raise UsageError(f"hub serve needs {err.name}, which is not installed",
+                         hint='pip install "adapter-hub[serve]"') from None
+    from hubcli.serving.batcher import BatchSettings
+    from hubcli.serving.service import ServeSettings
+
+    settings = ServeSettings(BatchSettings(max_wait_ms, max_batch_tokens, queue_size,
+                                           batching=not no_batching),
+                             max_inputs=max_inputs, max_text_chars=max_text_chars,
+                             admin_token=admin_token)
+    serve(list(adapters) or ["__base__"], settings, host=host, port=port, notify=notice,
+          allow_pull=allow_pull, max_adapters=max_adapters, **attach)

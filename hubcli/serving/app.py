@@ -1,0 +1,107 @@
+"""The HTTP face of `hub serve` (FastAPI): predict, list, load and unload adapters, health,
+readiness, metrics, and an OpenAPI document at /docs. What a request does is `Service`'s."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
+
+from hubcli.errors import HubError
+from hubcli.serving.pool import Pool
+from hubcli.serving.service import (BODY_HINT, RETRY_AFTER_S, ServeSettings, Service, refusal,
+                                    refuse, validation_line)
+
+
+class PredictRequest(BaseModel):
+    adapter: str
+    inputs: list[str]
+
+
+class PredictResponse(BaseModel):
+    adapter: str
+    predictions: list[dict]
+
+
+class LoadRequest(BaseModel):
+    adapter: str
+
+
+def create_app(pool: Pool, settings: ServeSettings | None = None) -> FastAPI:
+    """The ASGI app serving `pool`'s adapters; its batcher runs from startup to shutdown
+    (which finishes every request already queued)."""
+    service = Service(pool, settings)
+    settings = service.settings
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        service.start()
+        yield
+        await service.stop()
+
+    app = FastAPI(title="hub serve", version="1", lifespan=lifespan)
+    app.state.service = service
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return refusal(422, HubError(validation_line(exc.errors()), hint=BODY_HINT))
+
+    @app.post("/v1/predict", response_model=PredictResponse)
+    async def predict(body: PredictRequest):
+        return await service.predict(body.adapter, body.inputs)
+
+    def _admin(request: Request) -> JSONResponse | None:
+        """A refusal unless the request carries the admin token."""
+        if settings.admin_token is None:
+            return refusal(403, HubError("the admin endpoints are off",
+                                         hint="start the server with --admin-token"))
+        given = request.headers.get("authorization", "").removeprefix("Bearer ")
+        if not hmac.compare_digest(given.encode(), settings.admin_token.encode()):
+            return refusal(401, HubError("a valid admin token is needed",
+                                         hint="send Authorization: Bearer TOKEN"))
+        return None
+
+    @app.post("/v1/adapters")
+    async def load(body: LoadRequest, request: Request) -> JSONResponse:
+        if (refused := _admin(request)) is not None:
+            return refused
+        try:
+            await service.load(body.adapter)
+        except Exception as err:
+            return refuse(err)
+        return JSONResponse(pool.listing().get(body.adapter) or {"name": body.adapter}, 201)
+
+    @app.delete("/v1/adapters/{name:path}")
+    async def unload(name: str, request: Request) -> JSONResponse:
+        if (refused := _admin(request)) is not None:
+            return refused
+        try:
+            await asyncio.to_thread(pool.remove, name)
+        except Exception as err:
+            return refuse(err)
+        return JSONResponse({"removed": name})
+
+    @app.get("/v1/adapters")
+    async def adapters() -> dict:
+        return {"adapters": list(pool.listing().values())}
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/ready")
+    async def ready() -> JSONResponse:
+        if not service.ready:
+            return refusal(503, "not ready", {"Retry-After": str(RETRY_AFTER_S)})
+        return JSONResponse({"status": "ready", "adapters": len(pool)})
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(service.render_metrics(), media_type="text/plain; version=0.0.4")
+
+    return app

@@ -1,0 +1,92 @@
+"""The serving engine: one frozen base with several adapters attached, answering a batch of
+requests for any mix of them (the untouched base included: its sentence embedding) in one
+routed forward pass.
+
+Adapters are attached under slot names (`slot0`, `slot1`, ...) because the names people use
+(`alice/sst2-adapter`, `./my-adapter`) may hold characters a module name cannot; the pool
+(`pool.py`) maps what a request names to its slot.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from hubcli.format.vocab import BASE, DEFAULT_MAX_LENGTH
+
+
+@dataclass
+class Job:
+    """One request's work: texts through one adapter (a slot name, or `BASE`)."""
+
+    adapter: str
+    texts: list[str]
+    tokens: int
+
+
+class Engine:
+    """A base and the adapters attached to it, each in a slot. `run` is called from one
+    worker thread at a time; `attach` and `detach` may come from any thread (the lock keeps
+    them out of a running pass)."""
+
+    def __init__(self, base: str | None = None, *, allow_unsigned: bool = False,
+                 allow_base_mismatch: bool = False,
+                 notify: Callable[[str], None] = lambda _m: None) -> None:
+        from hubcli.api import AdapterHub
+
+        self.hub = AdapterHub(base, notify=notify)
+        self.attach_policy = {"allow_unsigned": allow_unsigned,
+                              "allow_base_mismatch": allow_base_mismatch}
+        self._lock = threading.Lock()
+        self._slots = itertools.count()
+
+    def attach(self, folder: Path) -> str:
+        """Verify the adapter in `folder` and attach it in a new slot; the slot.
+
+        Raises:
+            SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError.
+        """
+        slot = f"slot{next(self._slots)}"
+        with self._lock:
+            self.hub.load(folder, name=slot, **self.attach_policy)
+        return slot
+
+    def detach(self, slot: str) -> None:
+        with self._lock:
+            self.hub.remove(slot)
+
+    def manifest(self, slot: str) -> dict:
+        return self.hub.manifests[slot]
+
+    def max_length(self, slot: str) -> int:
+        if slot == BASE:
+            return DEFAULT_MAX_LENGTH
+        return int(self.manifest(slot)["training"].get("max_length", DEFAULT_MAX_LENGTH))
+
+    def count_tokens(self, slot: str, texts: list[str]) -> int:
+        """Tokens `texts` take in a batch for `slot` (after truncation)."""
+        limit = self.max_length(slot)
+        ids = self.hub.base.tokenizer([t.partition("\t")[0] for t in texts])["input_ids"]
+        return sum(min(len(i), limit) for i in ids)
+
+    def run(self, jobs: list[Job]) -> list[list[dict]]:
+        """Every job's predictions, the rows of all jobs routed together (one pass per 64
+        rows, `AdapterHub.predict` with one adapter per text): per text what `hub predict
+        --json` prints for it ({"text": ..., **prediction}).
+
+        Raises:
+            AdapterError, DataError: an input the adapter's task cannot take.
+        """
+        texts = [t for job in jobs for t in job.texts]
+        with self._lock:
+            flat = self.hub.predict(texts, adapter=[job.adapter for job in jobs
+                                                    for _ in job.texts])
+        out, start = [], 0
+        for job in jobs:
+            mine = flat[start:start + len(job.texts)]
+            out.append([{"text": t, **p} for t, p in zip(job.texts, mine)])
+            start += len(job.texts)
+        return out

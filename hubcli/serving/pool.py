@@ -1,0 +1,229 @@
+"""Which adapters a server holds, by the names requests use: attached at start-up, loaded on
+demand (`allow_pull`), evicted least-recently-used beyond `max_adapters`, reloaded when asked
+for again.
+
+A request pins its adapter's slot from `acquire` to `release`, so an adapter is never detached
+under a request queued for it (the pool may run over `max_adapters` for a moment instead).
+Concurrent first requests for one adapter share one load (`fetch`). Every load goes through
+`Engine.attach`: signature, digests and base hash are checked before any weight is read.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from hubcli.errors import AdapterError
+from hubcli.format.vocab import ADAPTER_REF, BASE
+from hubcli.serving.engine import Engine
+
+
+class NotServed(AdapterError):
+    """A request names an adapter this server does not hold and may not load."""
+
+
+class AlreadyServed(AdapterError):
+    """An adapter of that name is attached already."""
+
+    hint = "each adapter is named once"
+
+
+class InUse(AdapterError):
+    """An adapter cannot be unloaded while requests for it are waiting."""
+
+    hint = "retry when its requests are answered"
+
+
+@dataclass(frozen=True)
+class Served:
+    """An attached adapter: the name requests use, its slot and its manifest."""
+
+    name: str
+    slot: str
+    manifest: dict
+
+    def describe(self) -> dict:
+        return {"name": self.name, "adapter": self.manifest["name"],
+                "version": self.manifest.get("version"), "task": self.manifest["task"]}
+
+
+def public_name(ref: str) -> str:
+    """The name requests use: a registry reference without its version, else as given."""
+    if is_registry_ref(ref):
+        return ref.partition("@")[0]
+    return ref
+
+
+def is_registry_ref(ref: str) -> bool:
+    return not ref.startswith(("./", "../", "/", "~")) and not Path(ref).expanduser().is_dir() \
+        and bool(ADAPTER_REF.match(ref))
+
+
+class Pool:
+    """The adapters of one engine by name. `events(kind, name)` hears "hit", "load" and
+    "evict"."""
+
+    def __init__(self, engine: Engine, *, max_adapters: int | None = None,
+                 allow_pull: bool = False, notify: Callable[[str], None] = lambda _m: None,
+                 events: Callable[[str, str], None] = lambda _k, _n: None) -> None:
+        self.engine = engine
+        self.max_adapters = max_adapters
+        self.allow_pull = allow_pull
+        self.notify = notify
+        self.events = events
+        self._served: OrderedDict[str, Served] = OrderedDict()  # least recently used first
+        self._refs: dict[str, str] = {}        # a name as typed (with @version) -> its name
+        self._sources: dict[str, str] = {}     # name -> what to load it from again
+        self._pins: dict[str, int] = {}        # slot -> requests holding it
+        self._loading: dict[str, Future] = {}
+        self._meta = threading.Lock()
+
+    @classmethod
+    def for_adapters(cls, refs: list[str], *, base: str | None = None,
+                     allow_unsigned: bool = False, allow_base_mismatch: bool = False,
+                     notify: Callable[[str], None] = lambda _m: None, **options) -> Pool:
+        """A pool on `base` (default: the base the first adapter was trained on, else the
+        packaged one) with every adapter in `refs` attached (`BASE` needs none).
+
+        Raises:
+            as `add`.
+        """
+        from hubcli.format import manifest as manifest_io
+        from hubcli.local.attach import base_for
+        from hubcli.remote.refs import resolve_adapter
+
+        refs = [r for r in refs if r != BASE]
+        if refs:
+            base = base_for(manifest_io.read(resolve_adapter(refs[0], notify=notify)), base)
+        engine = Engine(base, allow_unsigned=allow_unsigned,
+                        allow_base_mismatch=allow_base_mismatch, notify=notify)
+        pool = cls(engine, notify=notify, **options)
+        for ref in refs:
+            pool.add(ref)
+        return pool
+
+    def add(self, ref: str) -> Served:
+        """Pull (a registry reference, when not pulled yet), verify and attach `ref`.
+
+        Raises:
+            AlreadyServed; UsageError, RegistryError, SignatureError,
+            BundleError, ManifestError, BaseMismatchError, AdapterError from loading.
+        """
+        from hubcli.remote.refs import resolve_adapter
+
+        name = public_name(self._refs.get(ref, ref))
+        if name in self._served:
+            raise AlreadyServed(f"{name!r} is served already")
+        source = self._sources.get(name, ref)
+        slot = self.engine.attach(resolve_adapter(source, notify=self.notify))
+        served = Served(name, slot, self.engine.manifest(slot))
+        with self._meta:
+            self._served[name] = served
+            self._sources[name] = source
+            self._refs[ref] = name
+        self.events("load", name)
+        self._evict(keep=name)
+        return served
+
+    def acquire(self, name: str) -> str | None:
+        """The slot serving `name`, pinned until `release` (`BASE` for the base); None when
+        it is not attached but may be loaded (`fetch` it, then acquire again).
+
+        Raises:
+            NotServed: not attached and not loadable.
+        """
+        if name == BASE:
+            return BASE
+        with self._meta:
+            served = self._served.get(self._refs.get(name, name))
+            if served is not None:
+                self._served.move_to_end(served.name)
+                self._pins[served.slot] = self._pins.get(served.slot, 0) + 1
+        if served is not None:
+            self.events("hit", served.name)
+            return served.slot
+        if self._loadable(name):
+            return None
+        raise NotServed(f"no adapter named {name!r} is served",
+                        hint=f"served: {', '.join(sorted(self.listing()))}"
+                             + ("" if self.allow_pull else "; start with --allow-pull to load "
+                                                            "registry adapters on demand"))
+
+    def release(self, slot: str) -> None:
+        if slot == BASE:
+            return
+        with self._meta:
+            self._pins[slot] -= 1
+            if not self._pins[slot]:
+                del self._pins[slot]
+        self._evict()
+
+    def fetch(self, name: str) -> Future:
+        """A future of `name` being attached: the one load under way for it, or a new one
+        (in its own thread)."""
+        key = public_name(self._refs.get(name, name))  # NS/NAME and NS/NAME@V: one load
+        with self._meta:
+            future = self._loading.get(key)
+            if future is not None:
+                return future
+            future = self._loading[key] = Future()
+        threading.Thread(target=self._load, args=(name, key, future), daemon=True,
+                         name=f"hub-serve-load-{key}").start()
+        return future
+
+    def remove(self, name: str) -> None:
+        """Detach `name`; it is loaded again on demand only as any registry adapter is.
+
+        Raises:
+            NotServed: no such adapter is attached. InUse: requests for it are waiting.
+        """
+        with self._meta:
+            served = self._served.get(self._refs.get(name, name))
+            if served is None:
+                raise NotServed(f"no adapter named {name!r} is served")
+            if served.slot in self._pins:
+                raise InUse(f"{served.name!r} has requests waiting")
+            del self._served[served.name]
+            del self._sources[served.name]  # unloaded on purpose: no reload on demand
+            self._refs = {r: n for r, n in self._refs.items() if n != served.name}
+        self.engine.detach(served.slot)
+
+    def listing(self) -> dict[str, dict]:
+        """{name: description} of every attached adapter, the base first."""
+        base = {BASE: {"name": BASE, "adapter": None, "version": None, "task": "embedding"}}
+        with self._meta:
+            return base | {n: s.describe() for n, s in self._served.items()}
+
+    def __len__(self) -> int:
+        return len(self._served)
+
+    def _loadable(self, name: str) -> bool:
+        return public_name(name) in self._sources or (self.allow_pull and is_registry_ref(name))
+
+    def _load(self, name: str, key: str, future: Future) -> None:
+        try:
+            future.set_result(self.add(name).slot)
+        except Exception as err:  # the waiting requests answer with it
+            future.set_exception(err)
+        finally:
+            with self._meta:
+                del self._loading[key]
+
+    def _evict(self, keep: str | None = None) -> None:
+        """Detach the least recently used unpinned adapters (not `keep`) beyond
+        `max_adapters`."""
+        while True:
+            with self._meta:
+                over = self.max_adapters is not None and len(self._served) > self.max_adapters
+                idle = (s for s in self._served.values()
+                        if s.slot not in self._pins and s.name != keep)
+                victim = next(idle, None) if over else None
+                if victim is None:
+                    return
+                del self._served[victim.name]
+            self.engine.detach(victim.slot)
+            self.events("evict", victim.name)

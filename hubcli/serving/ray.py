@@ -1,0 +1,97 @@
+"""`hub serve` beyond one machine: the same pool, batcher and refusals as a Ray Serve deployment
+(the [ray] extra).
+
+Ray's model multiplexing does the routing: a request names its adapter in the
+`serve_multiplexed_model_id` header, Ray sends it to a replica that holds that adapter when one
+does, and each replica keeps at most `MAX_ADAPTERS_PER_REPLICA` adapters (Ray's LRU, and the
+replica's pool with the same bound), so N replicas on M machines serve N times as many. An
+adapter a replica does not hold is pulled from the registry and verified, as `hub serve
+--allow-pull` does. Within a replica, requests for any mix of its adapters share forward passes.
+
+    serve run hubcli.serving.ray:app                       # the packaged base, 1 replica
+    serve run hubcli.serving.ray:build replicas=4 adapters=alice/sst2-adapter,./ner-adapter
+    curl localhost:8000/v1/predict -H 'serve_multiplexed_model_id: alice/sst2-adapter' \\
+         -d '{"inputs": ["a fine film"]}'
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ValidationError
+from ray import serve
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from hubcli.errors import HubError
+from hubcli.serving.batcher import BatchSettings
+from hubcli.serving.pool import Pool
+from hubcli.serving.service import ServeSettings, Service, refusal, refuse, validation_line
+
+MAX_ADAPTERS_PER_REPLICA = 16
+HEADER = "serve_multiplexed_model_id"
+
+
+class Inputs(BaseModel):
+    inputs: list[str]
+
+
+@serve.deployment
+class AdapterReplica:
+    """One base and up to MAX_ADAPTERS_PER_REPLICA adapters in one Ray Serve replica."""
+
+    def __init__(self, adapters: list[str] | None = None, base: str | None = None,
+                 allow_unsigned: bool = False, allow_base_mismatch: bool = False,
+                 max_wait_ms: float = 5.0) -> None:
+        pool = Pool.for_adapters(list(adapters or []), base=base, allow_unsigned=allow_unsigned,
+                                 allow_base_mismatch=allow_base_mismatch, allow_pull=True,
+                                 max_adapters=MAX_ADAPTERS_PER_REPLICA)
+        self.service = Service(pool, ServeSettings(BatchSettings(max_wait_ms=max_wait_ms)))
+        self.service.start()
+
+    @serve.multiplexed(max_num_models_per_replica=MAX_ADAPTERS_PER_REPLICA)
+    async def adapter(self, name: str) -> str:
+        """Attach `name` here unless it is (Ray calls this once per adapter and replica).
+
+        Raises:
+            NotServed, and what `Pool.add` raises.
+        """
+        pool = self.service.pool
+        slot = pool.acquire(name)  # NotServed: neither held nor a registry reference
+        if slot is None:
+            await self.service.load(name)
+        else:
+            pool.release(slot)
+        return name
+
+    async def __call__(self, request: Request) -> JSONResponse:
+        name = serve.get_multiplexed_model_id()
+        if not name:
+            return refusal(422, HubError("the request names no adapter",
+                                         hint=f"send the {HEADER} header"))
+        try:
+            body = Inputs.model_validate_json(await request.body())
+        except ValidationError as err:
+            return refusal(422, HubError(validation_line(err.errors()),
+                                         hint='send {"inputs": [TEXT, ...]}'))
+        try:
+            await self.adapter(name)
+        except Exception as err:
+            return refuse(err)
+        return await self.service.predict(name, body.inputs)
+
+    def __del__(self) -> None:
+        self.service.batcher.stop()  # finish what is queued
+
+
+def build(args: dict[str, str]):
+    """The application for `serve run hubcli.serving.ray:build key=value ...`: adapters
+    (comma-separated), base, replicas, max_wait_ms, allow_unsigned, allow_base_mismatch."""
+    def flag(key: str) -> bool:
+        return str(args.get(key, "")).lower() in ("1", "true", "yes")
+
+    adapters = [a for a in str(args.get("adapters", "")).split(",") if a]
+    return AdapterReplica.options(num_replicas=int(args.get("replicas", 1))).bind(
+        adapters, args.get("base"), flag("allow_unsigned"), flag("allow_base_mismatch"),
+        float(args.get("max_wait_ms", 5.0)))
+
+
+app = build({})

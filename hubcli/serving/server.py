@@ -1,0 +1,38 @@
+"""Running the app under uvicorn: `hub serve`, and tests that start a real server."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from hubcli.serving.app import create_app
+from hubcli.serving.service import ServeSettings
+from hubcli.serving.pool import Pool
+
+# uvicorn stops accepting on SIGINT/SIGTERM, then waits this long for requests in flight
+GRACEFUL_SHUTDOWN_S = 30
+
+
+def make_server(pool: Pool, settings: ServeSettings, *, host: str, port: int,
+                access_log: bool = True):
+    """A uvicorn server for `pool` (not started: `.run()` it, or `.serve()` in a loop)."""
+    import uvicorn
+
+    config = uvicorn.Config(create_app(pool, settings), host=host, port=port,
+                            access_log=access_log, log_level="info" if access_log else "warning",
+                            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+    return uvicorn.Server(config)
+
+
+def serve(refs: list[str], settings: ServeSettings, *, host: str, port: int,
+          notify: Callable[[str], None] = lambda _m: None, **pool_options) -> None:
+    """Attach every adapter in `refs` (folders or registry references, pulled and verified) to
+    one base and serve them over HTTP until interrupted. `pool_options`: see
+    `Pool.for_adapters` (base, attach policy, max_adapters, allow_pull).
+
+    Raises:
+        UsageError, RegistryError, SignatureError, BundleError, ManifestError,
+        BaseMismatchError, AdapterError: an adapter cannot be attached.
+    """
+    pool = Pool.for_adapters(refs, notify=notify, **pool_options)
+    notify(f"serving {', '.join(pool.listing())} on http://{host}:{port}")
+    make_server(pool, settings, host=host, port=port).run()

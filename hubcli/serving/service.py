@@ -1,0 +1,151 @@
+"""What `hub serve` does per request, whatever carries it (the FastAPI app, a Ray Serve
+replica): size limits, the adapter's slot (loaded on demand when allowed), the batcher, the
+metrics, and every refusal as one JSON object {"error": one line, "hint": ...}.
+
+Statuses: 404 an adapter not served, 413 too many or too long inputs (naming the limit), 422 a
+body that is not the documented JSON or an input the adapter cannot take (or a bundle that does
+not verify), 409 a conflict (loaded already, in use), 502 the registry failed, 503 with
+Retry-After when the queue is full. The worker thread survives any request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from starlette.responses import JSONResponse
+
+from hubcli.errors import HubError, NotFoundError, RegistryError
+from hubcli.serving.batcher import Batcher, BatchSettings, Busy
+from hubcli.serving.engine import Job
+from hubcli.serving.metrics import Metrics
+from hubcli.serving.pool import AlreadyServed, InUse, NotServed, Pool
+
+RETRY_AFTER_S = 1
+LOAD_TRIES = 3  # an adapter loaded on demand can be evicted again before its request pins it
+BODY_HINT = 'send {"adapter": NAME, "inputs": [TEXT, ...]}'
+
+
+@dataclass
+class ServeSettings:
+    batch: BatchSettings = field(default_factory=BatchSettings)
+    max_inputs: int = 64
+    max_text_chars: int = 10_000
+    admin_token: str | None = None  # None: the admin endpoints (load, unload) are off
+
+
+class TooLarge(HubError):
+    """A request over one of the server's size limits (HTTP 413)."""
+
+
+def refusal(status: int, err: HubError | str, headers: dict | None = None) -> JSONResponse:
+    message = str(err).splitlines()[0] if str(err) else type(err).__name__
+    hint = getattr(err, "hint", None)
+    return JSONResponse({"error": message, "hint": hint}, status_code=status, headers=headers)
+
+
+def status_of(err: Exception) -> int:
+    """The HTTP status of a refusal."""
+    for kind, status in ((TooLarge, 413), (Busy, 503), (NotServed, 404), (NotFoundError, 404),
+                         (InUse, 409), (AlreadyServed, 409), (RegistryError, 502),
+                         (HubError, 422)):
+        if isinstance(err, kind):
+            return status
+    return 500
+
+
+def refuse(err: Exception) -> JSONResponse:
+    status = status_of(err)
+    if status == 500:  # a bug in a pass: answer, keep serving
+        return refusal(500, f"prediction failed: {type(err).__name__}: {err}")
+    return refusal(status, err, {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else None)
+
+
+def validation_line(errors: list[dict]) -> str:
+    """One line for pydantic's first validation error."""
+    first = errors[0]
+    if first.get("type") == "json_invalid":
+        return "the body is not valid JSON"
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    return f"{where or 'body'}: {first.get('msg', 'invalid')}"
+
+
+class Service:
+    """A pool's adapters behind one batcher, with metrics. `start` before the first request,
+    `stop` (finishing every queued request) after the last."""
+
+    def __init__(self, pool: Pool, settings: ServeSettings | None = None) -> None:
+        self.pool = pool
+        self.settings = settings or ServeSettings()
+        self.metrics = Metrics()
+        self.metrics.adapter_loads.inc(len(pool))
+        pool.events = self.metrics.adapter_event
+        self.batcher = Batcher(pool.engine.run, self.settings.batch,
+                               observe=self.metrics.observe_batch)
+        self.ready = False
+
+    def start(self) -> None:
+        self.batcher.start()
+        self.ready = True
+
+    async def stop(self) -> None:
+        self.ready = False
+        await asyncio.to_thread(self.batcher.stop)
+
+    async def predict(self, adapter: str, inputs: list[str]) -> JSONResponse:
+        """{"adapter", "predictions"}: per input what `hub predict --json` prints; or a
+        refusal."""
+        start = time.perf_counter()
+        response = await self._answer(adapter, inputs)
+        self.metrics.latency.labels(str(response.status_code)).observe(time.perf_counter() - start)
+        return response
+
+    async def load(self, name: str) -> None:
+        """Attach `name` (once, however many ask at once).
+
+        Raises:
+            AlreadyServed, and what `Pool.add` raises.
+        """
+        await asyncio.wrap_future(self.pool.fetch(name))
+
+    def render_metrics(self) -> bytes:
+        self.metrics.queue_depth.set(self.batcher.depth())
+        return self.metrics.render()
+
+    async def _answer(self, adapter: str, inputs: list[str]) -> JSONResponse:
+        try:
+            self._check_size(inputs)
+            slot = await self._acquire(adapter)
+        except Exception as err:
+            return refuse(err)
+        try:
+            job = Job(slot, inputs, self.pool.engine.count_tokens(slot, inputs))
+            future = self.batcher.submit(job)
+            self.metrics.queue_depth.set(self.batcher.depth())
+            rows = await asyncio.wrap_future(future)
+        except Exception as err:
+            return refuse(err)
+        finally:
+            self.pool.release(slot)
+        return JSONResponse({"adapter": adapter, "predictions": rows})
+
+    async def _acquire(self, name: str) -> str:
+        """Raises NotServed, Busy, or what loading raised."""
+        for _ in range(LOAD_TRIES):
+            slot = self.pool.acquire(name)
+            if slot is not None:
+                return slot
+            await self.load(name)
+        raise Busy(f"{name!r} was evicted again before it could be used")
+
+    def _check_size(self, inputs: list[str]) -> None:
+        """Raises TooLarge: more inputs than `max_inputs`, or a text over `max_text_chars`."""
+        limits = self.settings
+        if len(inputs) > limits.max_inputs:
+            raise TooLarge(f"{len(inputs)} inputs exceed the limit of {limits.max_inputs} "
+                           "per request", hint="split the inputs over several requests")
+        longest = max((len(t) for t in inputs), default=0)
+        if longest > limits.max_text_chars:
+            raise TooLarge(f"an input of {longest} characters exceeds the limit of "
+                           f"{limits.max_text_chars}", hint="shorten the text")

@@ -1,0 +1,317 @@
+"""`hub serve`: a real uvicorn server on a free localhost port, driven over real HTTP.
+
+Three tiny adapters (a Houlsby classifier, a LoRA classifier, a Houlsby tagger) on the tiny
+random BERT, plus `__base__`."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import httpx
+import pytest
+from factories import LORA, make_adapter_dir
+
+from hubcli.api import AdapterHub
+from hubcli.serving.service import ServeSettings
+from hubcli.serving.batcher import BatchSettings
+from hubcli.serving.engine import Engine
+from hubcli.serving.pool import Pool
+from hubcli.serving.server import make_server
+
+TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+TEXTS = ["a gripping film", "Angela Merkel visited Paris .", "dull and long", "Paris in spring",
+         "an utter mess", "quietly moving", "a film", "Berlin"]
+POLICY = {"allow_unsigned": True, "allow_base_mismatch": True}
+
+
+@pytest.fixture(scope="module")
+def adapters(tmp_path_factory) -> dict[str, str]:
+    out = tmp_path_factory.mktemp("served")
+    made = {
+        "sst": make_adapter_dir(out / "sst", name="sst", seed=1),
+        "lora": make_adapter_dir(out / "lora", name="lora", seed=2, architecture=LORA),
+        "ner": make_adapter_dir(out / "ner", name="ner", seed=3, task="tagging",
+                                head={"type": "token_classification", "num_outputs": len(TAGS),
+                                      "labels": TAGS}),
+    }
+    return {name: str(path) for name, path in made.items()}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def running(pool: Pool, settings: ServeSettings):
+    """A real uvicorn server for `pool` in a thread; yields its URL; stops it gracefully."""
+    port = free_port()
+    server = make_server(pool, settings, host="127.0.0.1", port=port, access_log=False)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}", server
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_base_dir) -> Engine:
+    return Engine(str(tiny_base_dir), **POLICY)
+
+
+@pytest.fixture(scope="module")
+def pool(engine, adapters) -> Pool:
+    pool = Pool(engine)
+    for path in adapters.values():
+        pool.add(path)
+    return pool
+
+
+@pytest.fixture(scope="module")
+def url(pool):
+    with running(pool, ServeSettings(BatchSettings(max_wait_ms=50))) as (url, _server):
+        yield url
+
+
+def close(a, b) -> bool:
+    """Equal up to float noise (1e-5)."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float):
+        return abs(a - b) <= 1e-5
+    return a == b
+
+
+def test_mixed_concurrent_requests_equal_each_adapter_alone(url, adapters, tiny_base_dir):
+    hub = AdapterHub(str(tiny_base_dir))
+    for name, path in adapters.items():
+        hub.load(path, name=name, **POLICY)
+    expected = {path: [{"text": t, **p} for t, p in zip(TEXTS, hub.predict(TEXTS, adapter=name))]
+                for name, path in adapters.items()}
+    requests = [(path, TEXTS[i:i + 3]) for path in adapters.values() for i in range(0, 8, 3)]
+    requests += [("__base__", TEXTS[i:i + 3]) for i in range(0, 8, 3)]
+    with httpx.Client(timeout=30) as client, ThreadPoolExecutor(len(requests)) as pool:
+        answers = list(pool.map(lambda r: client.post(f"{url}/v1/predict",
+                                                      json={"adapter": r[0], "inputs": r[1]}),
+                                requests))
+        base_alone = client.post(f"{url}/v1/predict",
+                                 json={"adapter": "__base__", "inputs": TEXTS}).json()
+    assert [a.status_code for a in answers] == [200] * len(requests)
+    for (name, texts), answer in zip(requests, answers):
+        got = answer.json()["predictions"]
+        want = (base_alone["predictions"] if name == "__base__" else expected[name])
+        start = TEXTS.index(texts[0])
+        assert close(got, want[start:start + len(texts)]), name
+    assert len(base_alone["predictions"][0]["embedding"]) == 32
+    assert "entities" in expected[adapters["ner"]][1] and "label" in expected[adapters["sst"]][0]
+
+
+def test_a_batch_really_mixes_adapters(url, adapters):
+    body = httpx.get(f"{url}/metrics").text
+    # the concurrent test above (or this module's requests) ran passes of more than one request
+    assert "hub_serve_batch_requests_bucket" in body
+    assert "hub_serve_request_seconds_bucket" in body
+    assert "hub_serve_queue_depth" in body
+    assert "hub_serve_adapter_loads_total" in body and "hub_serve_adapter_evictions_total" in body
+    with httpx.Client(timeout=30) as client, ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: client.post(f"{url}/v1/predict", json={
+            "adapter": list(adapters.values())[i % 3], "inputs": ["a film"]}), range(8)))
+    samples = _samples(httpx.get(f"{url}/metrics").text, "hub_serve_batch_requests")
+    assert samples["count"] < samples["sum"], "every pass ran a single request"
+
+
+def _samples(text: str, name: str) -> dict[str, float]:
+    return {line.split()[0].removeprefix(f"{name}_"): float(line.split()[1])
+            for line in text.splitlines() if line.startswith(f"{name}_") and "{" not in line}
+
+
+def test_adapters_health_and_ready(url, adapters):
+    listed = httpx.get(f"{url}/v1/adapters").json()["adapters"]
+    assert {a["name"] for a in listed} == {"__base__", *adapters.values()}
+    assert httpx.get(f"{url}/health").json() == {"status": "ok"}
+    assert httpx.get(f"{url}/ready").status_code == 200
+
+
+@pytest.mark.parametrize("body, status, first", [
+    (b"{not json", 422, "the body is not valid JSON"),
+    (b'{"adapter": "sst"}', 422, "inputs: Field required"),
+    (b'{"adapter": "nope", "inputs": ["x"]}', 404, "no adapter named 'nope' is served"),
+    (b'{"adapter": "__base__", "inputs": ' + b'["x"' + b', "x"' * 64 + b"]}", 413,
+     "65 inputs exceed the limit of 64 per request"),
+    (b'{"adapter": "__base__", "inputs": ["' + b"x" * 10_001 + b'"]}', 413,
+     "an input of 10001 characters exceeds the limit of 10000"),
+])
+def test_refusals_are_one_line(url, body, status, first):
+    answer = httpx.post(f"{url}/v1/predict", content=body,
+                        headers={"content-type": "application/json"})
+    assert answer.status_code == status
+    assert answer.json()["error"] == first
+    assert "\n" not in answer.json()["error"]
+
+
+def held(server) -> tuple[threading.Event, threading.Event]:
+    """(entered, gate): the server's passes wait for `gate`; `entered` is set once one does."""
+    entered, gate = threading.Event(), threading.Event()
+    batcher = server.config.app.state.service.batcher
+    run = batcher.run
+
+    def slow(jobs):
+        entered.set()
+        gate.wait(30)
+        return run(jobs)
+
+    batcher.run = slow
+    return entered, gate
+
+
+def wait_for_depth(server, depth: int) -> None:
+    deadline = time.monotonic() + 30
+    while server.config.app.state.service.batcher.depth() < depth:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_a_full_queue_answers_503_with_retry_after(pool):
+    settings = ServeSettings(BatchSettings(queue_size=1, batching=False))
+    body = {"adapter": "__base__", "inputs": ["x"]}
+    with running(pool, settings) as (url, server), httpx.Client(timeout=30) as client, \
+            ThreadPoolExecutor(2) as pool:
+        entered, gate = held(server)
+        first = [pool.submit(client.post, f"{url}/v1/predict", json=body)]
+        entered.wait(30)  # one running
+        first.append(pool.submit(client.post, f"{url}/v1/predict", json=body))
+        wait_for_depth(server, 1)  # one queued
+        refused = client.post(f"{url}/v1/predict", json=body)
+        gate.set()
+        assert [f.result().status_code for f in first] == [200, 200]
+    assert refused.status_code == 503
+    assert refused.headers["retry-after"] == "1"
+    assert refused.json()["error"] == "the request queue is full (1 waiting)"
+
+
+def test_shutdown_finishes_requests_in_flight(pool):
+    with running(pool, ServeSettings(BatchSettings(batching=False))) as (url, server), \
+            ThreadPoolExecutor(5) as pool:
+        entered, gate = held(server)
+        inflight = [pool.submit(httpx.post, f"{url}/v1/predict", timeout=30,
+                                json={"adapter": "__base__", "inputs": [f"text {i}"]})
+                    for i in range(5)]
+        entered.wait(30)
+        wait_for_depth(server, 4)
+        server.should_exit = True
+        time.sleep(0.3)  # uvicorn has noticed and stopped accepting
+        gate.set()
+        answers = [f.result() for f in inflight]
+    assert [a.status_code for a in answers] == [200] * 5
+    assert [a.json()["predictions"][0]["text"] for a in answers] == [f"text {i}" for i in range(5)]
+
+
+def metric(url: str, name: str) -> float:
+    """The sum of a metric's samples (over all labels) in /metrics."""
+    return sum(float(line.split()[-1]) for line in httpx.get(f"{url}/metrics").text.splitlines()
+               if line.startswith((f"{name} ", f"{name}{{")))
+
+
+def test_least_recently_used_adapter_is_evicted_and_reloaded(adapters, tiny_base_dir):
+    pool = Pool(Engine(str(tiny_base_dir), **POLICY), max_adapters=2)
+    for path in adapters.values():
+        pool.add(path)
+    sst, lora, ner = adapters.values()
+    assert list(pool.listing()) == ["__base__", lora, ner]  # sst was used least recently
+    with running(pool, ServeSettings()) as (url, _server):
+        answer = httpx.post(f"{url}/v1/predict", json={"adapter": sst, "inputs": ["a film"]})
+        assert answer.status_code == 200 and "label" in answer.json()["predictions"][0]
+        assert list(pool.listing()) == ["__base__", ner, sst]
+        # counted from the app's start: the two attached then, one reload; lora evicted
+        assert metric(url, "hub_serve_adapter_loads_total") == 3
+        assert metric(url, "hub_serve_adapter_evictions_total") == 1
+
+
+@pytest.fixture
+def published(remote, registry_user, live_registry, monkeypatch, tmp_path):
+    """sst2-adapter 1.0.0 signed and pushed by the test's user, whose registry is the default;
+    a function to publish more versions."""
+    from factories import make_signed_bundle
+
+    from hubcli.remote import client as remote_api
+    from hubcli.signing.sign import create_signing_key
+
+    create_signing_key(name=registry_user[0])
+    remote_api.upload_own_key(remote)
+    monkeypatch.setenv("HUB_ENDPOINT", live_registry.url)
+    monkeypatch.setenv("HUB_TOKEN", registry_user[1])
+
+    def publish(name: str, version: str, seed: int):
+        bundle = make_signed_bundle(tmp_path / version / name, name=name, version=version,
+                                    seed=seed)
+        remote_api.push_bundle(remote, bundle)
+        return bundle
+
+    publish("sst2-adapter", "1.0.0", 1)
+    return publish
+
+
+def test_fifty_first_requests_for_a_registry_adapter_cause_one_verified_load(
+        published, registry_user, live_registry, tiny_base_dir):
+    import json
+
+    ref = f"{registry_user[0]}/sst2-adapter"
+    bundle = published("bad-adapter", "1.0.0", 99)  # then tamper with its weights there
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    sha = next(f["sha256"] for f in manifest["files"] if f["path"] == "adapter.safetensors")
+    blob = live_registry.folder / "blobs" / sha[:2] / sha[2:4] / sha
+    good = blob.read_bytes()
+    blob.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+
+    pool = Pool(Engine(str(tiny_base_dir), allow_base_mismatch=True), allow_pull=True)
+    with running(pool, ServeSettings()) as (url, _server), httpx.Client(timeout=60) as client, \
+            ThreadPoolExecutor(50) as threads:
+        body = {"adapter": f"{ref}@1.0.0", "inputs": ["a film"]}
+        answers = list(threads.map(lambda _i: client.post(f"{url}/v1/predict", json=body),
+                                   range(50)))
+        assert [a.status_code for a in answers] == [200] * 50
+        assert metric(url, "hub_serve_adapter_loads_total") == 1
+        tampered = client.post(f"{url}/v1/predict", json={
+            "adapter": f"{registry_user[0]}/bad-adapter", "inputs": ["a film"]})
+        assert tampered.status_code == 422
+        assert "adapter.safetensors" in tampered.json()["error"], tampered.json()
+        again = client.post(f"{url}/v1/predict", json={"adapter": ref, "inputs": ["a film"]})
+        assert again.status_code == 200  # served as NS/NAME, whatever version was asked for
+        unknown = client.post(f"{url}/v1/predict", json={"adapter": f"{ref}-nope",
+                                                         "inputs": ["a film"]})
+        assert unknown.status_code == 404
+    assert [a["name"] for a in pool.listing().values()] == ["__base__", ref]
+
+
+def test_admin_endpoints_load_and_unload_with_the_token(adapters, tiny_base_dir, url):
+    assert httpx.post(f"{url}/v1/adapters", json={"adapter": adapters["sst"]}).json()["error"] \
+        == "the admin endpoints are off"
+    pool = Pool(Engine(str(tiny_base_dir), **POLICY))
+    with running(pool, ServeSettings(admin_token="s3cret")) as (admin_url, _server), \
+            httpx.Client(timeout=30, headers={"authorization": "Bearer s3cret"}) as client:
+        sst = adapters["sst"]
+        assert httpx.post(f"{admin_url}/v1/adapters", json={"adapter": sst},
+                          headers={"authorization": "Bearer nope"}).status_code == 401
+        loaded = client.post(f"{admin_url}/v1/adapters", json={"adapter": sst})
+        assert (loaded.status_code, loaded.json()["name"]) == (201, sst)
+        assert client.post(f"{admin_url}/v1/adapters", json={"adapter": sst}).status_code == 409
+        assert client.post(f"{admin_url}/v1/predict",
+                           json={"adapter": sst, "inputs": ["a film"]}).status_code == 200
+        assert client.delete(f"{admin_url}/v1/adapters/{sst}").status_code == 200
+        assert client.delete(f"{admin_url}/v1/adapters/{sst}").status_code == 404
+        assert client.post(f"{admin_url}/v1/predict",
+                           json={"adapter": sst, "inputs": ["a film"]}).status_code == 404
+    assert list(pool.listing()) == ["__base__"]
