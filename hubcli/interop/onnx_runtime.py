@@ -125,10 +125,10 @@ def _onnxruntime():
 
 def _tokenizer(recorded: dict, override: str | None):
     from hubcli.base.hashing import tokenizer_hash
-    from hubcli.base.load import load_tokenizer, resolve_base
-    from hubcli.base.ref import locate_base
+    from hubcli.base.load import load_tokenizer
+    from hubcli.base.ref import find_base, resolve_base
 
-    ref = override or locate_base(recorded["content_hash"]) or recorded["name"]
+    ref = override or find_base(recorded["content_hash"]) or recorded["name"]
     tokenizer = load_tokenizer(resolve_base(ref)[1])
     if tokenizer_hash(tokenizer) != recorded["tokenizer_hash"]:
         raise ModelError(f"the tokenizer of base {ref!r} differs from the one the graph was "

@@ -97,7 +97,9 @@ def test_adapter_page(page, tmp_path):
     versions = page.locator("ol.versions > li")
     assert versions.count() == 3
     assert "yanked" in versions.nth(2).inner_text() and "labels were swapped" in versions.nth(2).inner_text()
-    assert page.locator("svg.chart").count() == 2 and page.locator("svg.chart").first.is_visible()
+    curves = page.locator("svg.chart:not(.heatmap)")
+    assert curves.count() == 2 and curves.first.is_visible()
+    assert page.locator("svg.heatmap rect.heat").count() == 3  # the recorded layer ablation
     page.get_by_role("button", name="Copy Pull command").click()
     assert page.evaluate("navigator.clipboard.readText()") == "hub pull alice/sst2-sentiment@1.1.0"
     shot = tmp_path / "adapter-desktop.png"
