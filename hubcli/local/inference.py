@@ -122,11 +122,16 @@ def load_predictor(path: Path, *, base: str | None = None, allow_base_mismatch: 
         BaseMismatchError: the base differs from the one it was trained on.
         ModelError: the base cannot be loaded.
     """
-    from hubcli.local.finetune_dir import is_finetune_dir, load_finetune_dir
+    predictor = _load(Path(path), base, allow_base_mismatch, allow_unsigned, notify)
+    predictor.task.notify = notify  # warnings about the inputs (a text cut short)
+    return predictor
 
+
+def _load(path: Path, base: str | None, allow_base_mismatch: bool, allow_unsigned: bool,
+          notify: Callable[[str], None]) -> Predictor:
+    from hubcli.local.finetune_dir import is_finetune_dir, load_finetune_dir
     from hubcli.tasks import get_task
 
-    path = Path(path)
     if is_finetune_dir(path):
         model, tokenizer, doc = load_finetune_dir(path)
         return Predictor(model, tokenizer, get_task(doc["task"]), list(doc["head"].get("labels", ())),
