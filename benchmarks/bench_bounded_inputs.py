@@ -26,7 +26,8 @@ HUB = Path(sys.executable).with_name("hub")
 LINE_MB = 50
 READ_AND_ENCODE = """
 import sys
-from hubcli.base.load import load_tokenizer, packaged_base_path
+from hubcli.base.load import load_tokenizer
+from hubcli.base.ref import packaged_base_path
 from hubcli.tasks import get_task
 task = get_task("classification")
 task.notify = lambda m: print(m[:120], file=sys.stderr)

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from hubcli.base.hashing import tokenizer_hash
-from hubcli.base.load import load_tokenizer, packaged_base_path
+from hubcli.base.load import load_tokenizer
+from hubcli.base.ref import packaged_base_path
 from hubcli.base.tokenizer import FastTokenizer
 
 pytestmark = pytest.mark.integration
@@ -46,7 +47,8 @@ def test_packaged_base_loads_the_fast_tokenizer_without_transformers():
     import subprocess
     import sys
 
-    code = ("import sys; from hubcli.base.load import load_tokenizer, packaged_base_path; "
+    code = ("import sys; from hubcli.base.load import load_tokenizer; "
+            "from hubcli.base.ref import packaged_base_path; "
             "t = load_tokenizer(packaged_base_path()); "
             "print(type(t).__name__, 'transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
