@@ -4,7 +4,7 @@ block but the quick start's install line and the test command (CI runs both anyw
 its own HUB_HOME and registry instance, on the packaged base.
 
 Two rewrites keep it quick and apart from other runs: `hub train` gets `--epochs 1
---max-length 32`, and the registry's port 8000 becomes a free one.
+--max-length 32`, and the ports 8000 (registry) and 8080 (hub serve) become free ones.
 """
 
 from __future__ import annotations
@@ -40,14 +40,16 @@ def free_port() -> int:
 def test_readme_blocks_are_found():
     bash = blocks("bash")
     assert len(bash) >= 3
-    assert all(line.startswith((".venv/bin/", "echo ", "until ", "kill "))
+    assert all(line.startswith((".venv/bin/", "echo ", "until ", "kill ", "curl "))
                for body in bash for line in body.splitlines() if line.strip()), \
         "a README command that is not run through .venv/bin/ (bare `hub` is not on PATH)"
 
 
 def test_readme_commands_run_as_pasted(tmp_path):
-    port = str(free_port())
+    port, serve_port = str(free_port()), str(free_port())
     script = "\n".join(blocks("bash"))
+    script = script.replace(":8080", f":{serve_port}").replace("--port 8080",
+                                                               f"--port {serve_port}")
     script = script.replace("hub train ", "hub train --epochs 1 --max-length 32 ")
     script = script.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
     script = script.replace("hub-registry serve", f"hub-registry serve --port {port}")
