@@ -22,6 +22,7 @@ TRUST_FILE = "trusted_keys.json"       # signing.trust: the keys whose signature
 TRAINED_FILE = "trained.json"          # signing.policy: adapters trained here (record)
 PULLED_FILE = "pulled.json"            # remote.pull_records: adapters pulled here (record)
 KNOWN_BASES_FILE = "bases.json"        # base.ref: bases loaded here, by content hash (record)
+VERIFIED_FILE = "verified.json"        # signing.verdicts: signatures verified here (cache)
 CACHE_DIR = "cache"                    # base.hashing: base_hashes.json (cache)
 HF_CACHE_DIR = "hf-cache"              # remote.pull: huggingface_hub's download cache
 ADAPTERS_DIR = "adapters"              # remote.pull: verified pulled adapters

@@ -44,7 +44,7 @@ class BaseInfo:
 @dataclass
 class LoadedBase:
     encoder: object  # transformers PreTrainedModel
-    tokenizer: object  # transformers PreTrainedTokenizerFast
+    tokenizer: object  # base.tokenizer.FastTokenizer, or transformers' tokenizer
     info: BaseInfo
 
 
@@ -105,12 +105,20 @@ def load_encoder(path: Path, config: dict):
 
 
 def load_tokenizer(path: Path):
-    """The tokenizer in `path`, importing only its own class when tokenizer_config.json names
-    one (`AutoTokenizer` pulls in torch and more, ~1.5 s).
+    """The tokenizer in `path`: a BERT tokenizer straight from its tokenizer.json (no
+    transformers import, see base/tokenizer.py), else transformers' class that
+    tokenizer_config.json names (`AutoTokenizer` pulls in torch and more, ~1.5 s).
 
     Raises:
         ModelError: the tokenizer cannot be loaded.
     """
+    from hubcli.base import tokenizer as fast
+
+    if fast.supports(path):
+        try:
+            return fast.FastTokenizer(path)
+        except Exception as e:  # the Rust parser raises plain Exception for a bad file
+            raise ModelError(f"could not load the tokenizer from {path}: {e}") from None
     import transformers
 
     _quiet_transformers()

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from hubcli.local import precision
-from hubcli.cli.output import echo_json, notice, table
+from hubcli.cli.output import echo_json, echo_text, notice, table
 from hubcli.errors import OptionError, UsageError
 from hubcli.format.vocab import TASKS
 
@@ -152,12 +152,16 @@ def eval_cmd(adapter, data, fmt, text_column, text_pair_column, label_column, as
 @click.option("--adapter", "-a", "adapters", multiple=True,
               help="adapter folder or NS/NAME[@VERSION]; repeat it to run every text through "
                    "several adapters in one pass (then every argument is a text)")
+@click.option("--pair", help="second text of a sentence-pair adapter, for every TEXT "
+              "(on stdin: TEXT<TAB>PAIR per line)")
+@click.option("--context", help="question answering: the context every TEXT (a question) is "
+              "asked about (on stdin: QUESTION<TAB>CONTEXT per line)")
 @attach_options
 @click.option("--runtime", type=click.Choice(["torch", "onnx"]), default="torch",
               show_default=True, help="onnx: run the adapter's ONNX export under onnxruntime "
               "(exported once and cached; needs the [onnx] extra)")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per input line")
-def predict_cmd(args, adapters, runtime, as_json, **attach) -> None:
+def predict_cmd(args, adapters, pair, context, runtime, as_json, **attach) -> None:
     """Predict with an adapter: hub predict [ADAPTER] [TEXT...] (texts also from stdin).
 
     ADAPTER is a local folder or NS/NAME[@VERSION]; without it, the last adapter pulled.
@@ -175,9 +179,13 @@ def predict_cmd(args, adapters, runtime, as_json, **attach) -> None:
         texts = stdin_texts(sys.stdin.buffer)
     if not texts:
         raise UsageError("no input texts", hint='pass texts as arguments or one per line on stdin')
+    second = _second_text(pair, context)
     if adapters:
         if runtime == "onnx":
             raise UsageError("--runtime onnx runs one adapter", hint="drop --adapter/-a")
+        if second:
+            raise UsageError(f"--{second[0]} does not apply with --adapter",
+                             hint="give TEXT<TAB>SECOND lines instead")
         return _predict_each(folders, texts, as_json, attach)
     if runtime == "onnx":
         from hubcli.api import load_onnx_predictor
@@ -185,12 +193,30 @@ def predict_cmd(args, adapters, runtime, as_json, **attach) -> None:
         predictor = load_onnx_predictor(adapter, notify=notice, **attach)
     else:
         predictor = load_predictor(adapter, notify=notice, **attach)
-    preds = predictor.predict([predictor.task.parse_input(t) for t in texts])
+    _check_second(predictor.task, second)
+    preds = predictor.predict([predictor.task.parse_input(t, second and second[1])
+                               for t in texts])
     if as_json:
         for text, pred in zip(texts, preds):
-            echo_json({"text": text, **pred})
+            echo_json({"text": echo_text(text), **pred})
     else:
         table(["text", "prediction"], [(t, predictor.task.describe(p)) for t, p in zip(texts, preds)])
+
+
+def _second_text(pair: str | None, context: str | None) -> tuple[str, str] | None:
+    """("pair" or "context", the text), from whichever of the two flags was given."""
+    if pair is not None and context is not None:
+        raise UsageError("--pair and --context do not go together",
+                         hint="--pair for sentence-pair adapters, --context for QA adapters")
+    return ("pair", pair) if pair is not None else ("context", context) if context else None
+
+
+def _check_second(task, second: tuple[str, str] | None) -> None:
+    """Refuse a second text the adapter's task does not take, naming the flag it does take."""
+    if second and second[0] != task.second_input:
+        takes = f"use --{task.second_input}" if task.second_input else "it takes one text"
+        raise UsageError(f"--{second[0]} does not apply to a {task.name} adapter",
+                         hint=takes)
 
 
 def _predict_each(folders, texts: list[str], as_json: bool, attach: dict) -> None:
@@ -201,7 +227,7 @@ def _predict_each(folders, texts: list[str], as_json: bool, attach: dict) -> Non
     if as_json:
         for text, row in zip(texts, preds):
             for name in names:
-                echo_json({"text": text, "adapter": name, **row[name]})
+                echo_json({"text": echo_text(text), "adapter": name, **row[name]})
         return
     tasks = {n: get_task(hub.manifests[n]["task"]) for n in names}
     table(["text", "adapter", "prediction"],

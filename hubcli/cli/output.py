@@ -12,6 +12,14 @@ def echo_json(obj) -> None:
     click.echo(json.dumps(obj, ensure_ascii=False))
 
 
+MAX_ECHO_CHARS = 1000  # of an input text repeated in JSON output (a 50 MB line is not echoed)
+
+
+def echo_text(text: str) -> str:
+    """`text` as JSON output repeats it: whole when short, else its start and an ellipsis."""
+    return text if len(text) <= MAX_ECHO_CHARS else text[:MAX_ECHO_CHARS - 1] + "…"
+
+
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]], *, max_width: int = 60) -> None:
     """A plain aligned table; long cells are shortened with an ellipsis."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -10,6 +11,10 @@ from hubcli.format.vocab import BASE, DEFAULT_MAX_LENGTH
 from hubcli.local.batching import inference_batches
 
 INFER_BATCH = 64
+# Below this many tokens in all, inference runs on one thread: starting torch's thread pool
+# costs more (0.1-0.3 s on a busy 2-core machine) than a few sentences gain from it, and
+# `hub predict "one sentence"` is mostly start-up.
+FEW_TOKENS = 2048
 
 
 def _unpadded(row_logits, feature: dict):
@@ -23,13 +28,29 @@ def run_model(model, task, features: list[dict], examples: list, labels: list[st
     import torch
 
     logits: list = [None] * len(features)
-    with torch.inference_mode():
+    with torch.inference_mode(), _threads_for(features):
         for idx in inference_batches(features, batch_size):
             batch = task.collate([features[i] for i in idx])
             out = model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
             for row, i in enumerate(idx):
                 logits[i] = _unpadded(out[row], features[i])
     return task.decode(logits, features, examples, labels)
+
+
+@contextmanager
+def _threads_for(features: list[dict]):
+    """One torch thread while running `features` if they are few tokens (FEW_TOKENS)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    few = sum(len(f["input_ids"]) for f in features) < FEW_TOKENS
+    if few:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if few:
+            torch.set_num_threads(previous)
 
 
 @dataclass
@@ -65,7 +86,7 @@ def run_routed(model, tokenizer, groups: list[RowGroup], batch_size: int = INFER
              for f in group.task.encode(group.examples, tokenizer, group.labels,
                                         group.max_length, with_targets=False)]
     logits: list = [None] * len(feats)
-    with torch.inference_mode():
+    with torch.inference_mode(), _threads_for([f for _, f in feats]):
         for idx in inference_batches([f for _, f in feats], batch_size):
             # the groups share one tokenizer, so any group's task pads alike
             batch = groups[0].task.collate([feats[i][1] for i in idx])
@@ -122,11 +143,16 @@ def load_predictor(path: Path, *, base: str | None = None, allow_base_mismatch: 
         BaseMismatchError: the base differs from the one it was trained on.
         ModelError: the base cannot be loaded.
     """
-    from hubcli.local.finetune_dir import is_finetune_dir, load_finetune_dir
+    predictor = _load(Path(path), base, allow_base_mismatch, allow_unsigned, notify)
+    predictor.task.notify = notify  # warnings about the inputs (a text cut short)
+    return predictor
 
+
+def _load(path: Path, base: str | None, allow_base_mismatch: bool, allow_unsigned: bool,
+          notify: Callable[[str], None]) -> Predictor:
+    from hubcli.local.finetune_dir import is_finetune_dir, load_finetune_dir
     from hubcli.tasks import get_task
 
-    path = Path(path)
     if is_finetune_dir(path):
         model, tokenizer, doc = load_finetune_dir(path)
         return Predictor(model, tokenizer, get_task(doc["task"]), list(doc["head"].get("labels", ())),

@@ -115,6 +115,7 @@ def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
     check_settings(s)  # before the base loads or any data is read
     s = replace(s, precision=precision.resolve(s.precision))
     task = get_task(s.task)
+    task.notify = log
     train_ex = task.read(Path(s.train), fmt=s.fmt, columns=s.columns)
     val_ex = task.read(Path(s.validation), fmt=s.fmt, columns=s.columns) if s.validation else []
     if not train_ex:

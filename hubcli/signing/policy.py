@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hubcli.format import manifest as manifest_io
-from hubcli.format.bundle_rules import (check_listed_files, check_names, check_weights,
-                                        hash_files, list_files)
+from hubcli.format.bundle_rules import (SIGNATURE, check_listed_files, check_names,
+                                        check_weights, hash_files, list_files)
 from hubcli.errors import NoSignatureError, UntrustedSignerError
 from hubcli.fsutil import atomic_write_text, sha256_file
 from hubcli.format.manifest import MANIFEST, WEIGHTS
 from hubcli.settings import TRAINED_FILE, home_path
-from hubcli.signing import trust
+from hubcli.signing import trust, verdicts
 from hubcli.signing.verify import check_signer_claim, signer_name, verify_digests
 
 # Enough for any realistic history; keeps the file (read on every attach) small.
@@ -97,7 +97,7 @@ def check_attach(directory: Path, *, allow_unsigned: bool = False,
     sizes = list_files(directory)
     digests = hash_files(directory, sizes)
     try:
-        key = verify_digests(directory, trust.accepted_keys(extra_public_keys), digests)
+        key = _verified_signer(directory, trust.accepted_keys(extra_public_keys), digests)
     except (NoSignatureError, UntrustedSignerError) as refusal:
         key, (status, message) = None, _unverified(directory, digests, refusal, allow_unsigned)
     check_names(directory, sizes)
@@ -110,6 +110,28 @@ def check_attach(directory: Path, *, allow_unsigned: bool = False,
     return VerifiedBundle(directory, manifest, digests, "trusted", key.key_id, name,
                           f"verified: {directory} is signed by "
                           f"{trust.signer_label(name, key.key_id)}")
+
+
+def _verified_signer(directory: Path, candidates: list[trust.TrustedKey],
+                     digests: dict[str, str]) -> trust.TrustedKey:
+    """The key that signed, from the verdict cache when these exact bytes verified before
+    (signing.verdicts), else by a full `verify_digests`, whose success is then remembered.
+
+    Raises:
+        NoSignatureError, UntrustedSignerError, InvalidSignatureError, TamperedError.
+    """
+    try:
+        signature = (directory / SIGNATURE).read_bytes()
+    except OSError:
+        signature = None  # verify_digests says what is wrong
+    if signature is not None:
+        key = verdicts.cached_signer(digests, signature, candidates)
+        if key is not None:
+            return key
+    key = verify_digests(directory, candidates, digests)
+    if signature is not None:
+        verdicts.remember(digests, signature, key)
+    return key
 
 
 def _unverified(directory: Path, digests: dict[str, str],

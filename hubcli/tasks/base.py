@@ -8,7 +8,10 @@ line they came from so that errors found late (an unknown label in the dev set) 
 
 from __future__ import annotations
 
+import codecs
+import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +31,11 @@ BY_SUFFIX = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".n
              ".conll": "conll"}
 FORMAT_NAMES = {"csv": "CSV", "tsv": "TSV", "jsonl": "JSONL", "conll": "CoNLL",
                 "squad": "SQuAD JSON"}
+# A text longer than this is tokenised only as far as max_length needs, with a warning naming
+# its line (tokenising a 50 MB line whole took gigabytes: the tokenizer keeps every window).
+LONG_TEXT_CHARS = 100_000
+CHARS_PER_TOKEN = 16  # first guess of the prefix holding enough tokens; grown x4 until it does
+_WHITESPACE = re.compile(r"\s")
 
 
 @dataclass(frozen=True)
@@ -47,10 +55,14 @@ class Task(ABC):
     primary_metric: str
     formats: tuple[str, ...]
     target_keys: tuple[str, ...] = ("labels",)  # feature keys collate() turns into targets
+    # What `hub predict` calls the second text of an input (--pair, --context), if it takes one
+    second_input: str | None = None
 
     def __init__(self) -> None:
         # Set by encode() from the tokenizer, so collate() can pad without being handed it.
         self.pad_id = 0
+        # Where warnings about the data go (train and predict set it; silent by default).
+        self.notify: Callable[[str], None] = lambda _message: None
 
     @abstractmethod
     def read(self, path: Path, *, fmt: str | None = None, columns: Columns = Columns()) -> list:
@@ -103,8 +115,9 @@ class Task(ABC):
         """Scores of decode()'s predictions against the examples' gold labels."""
 
     @abstractmethod
-    def parse_input(self, line: str) -> Any:
-        """An unlabelled example from one line given to `hub predict`.
+    def parse_input(self, line: str, second: str | None = None) -> Any:
+        """An unlabelled example from one line given to `hub predict`; `second` is the second
+        text given apart (`--pair`, `--context`), else the line holds it after a TAB.
 
         Raises:
             UsageError: the line lacks a part the task needs.
@@ -142,6 +155,17 @@ class Task(ABC):
         return {key: [_pad(f[key], width, self.pad_id if key == "input_ids" else 0)
                       for f in features]
                 for key in SEQUENCE_KEYS if key in features[0]}
+
+    def _bounded(self, tokenizer: Any, text: str, tokens: int, path: str | None,
+                 line: int | None, index: int) -> str:
+        """`text`, or for a very long one the prefix that truncates to the same first `tokens`
+        tokens (bounded_prefix), with a warning naming its file and line."""
+        if len(text) <= LONG_TEXT_CHARS:
+            return text
+        where = f"{path}:{line}" if path and line else f"{path or 'input'} {index + 1}"
+        self.notify(f"warning: {where}: a text of {len(text):,} characters; only its first "
+                    f"{tokens} tokens are used (--max-length)")
+        return bounded_prefix(tokenizer, text, tokens)
 
     def data_format(self, path: Path, fmt: str | None = None, *, reader: str | None = None
                     ) -> str:
@@ -183,6 +207,52 @@ class Task(ABC):
             raise UsageError(f"--text-column, --text-pair-column and --label-column do not "
                              f"apply to task {self.name!r}",
                              hint=f"the {self.formats[0]} format fixes where text and labels are")
+
+
+def bounded_prefix(tokenizer: Any, text: str, tokens: int) -> str:
+    """A prefix of `text`, cut at whitespace, that holds more than `tokens` tokens (the whole
+    text when it has fewer): truncating it to `tokens` tokens gives what truncating the whole
+    text gives, at a cost bounded by the prefix instead of the text. (A text without whitespace
+    for CHARS_PER_TOKEN * tokens characters is cut there, inside that run.)"""
+    size = tokens * CHARS_PER_TOKEN
+    while size < len(text):
+        space = _WHITESPACE.search(text, size, 2 * size)
+        prefix = text[:space.start() if space else size]
+        if len(tokenizer(prefix, add_special_tokens=False)["input_ids"]) > tokens:
+            return prefix
+        size *= 4
+    return text
+
+
+def read_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(1-based number, line with its ending) of each line of a UTF-8 file, an optional
+    byte-order mark dropped, read one line at a time: memory is bounded by the longest line.
+    Only a line feed ends a line (JSON strings may hold U+2028).
+
+    Raises:
+        DataError: the file is missing, unreadable, not UTF-8 (names the line), or empty; the
+            last only once every line was given.
+    """
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise DataError("file not found", path=str(path)) from None
+    except OSError as e:
+        raise DataError(f"cannot read the file: {e.strerror}", path=str(path)) from None
+    blank = True
+    with f:
+        for number, raw in enumerate(f, 1):
+            if number == 1:
+                raw = raw.removeprefix(codecs.BOM_UTF8)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"not UTF-8 text (byte 0x{raw[e.start]:02x})", path=str(path),
+                                line=number, hint="save the file as UTF-8") from None
+            blank = blank and not line.strip()
+            yield number, line
+    if blank:
+        raise DataError("file is empty", path=str(path))
 
 
 def read_text(path: Path) -> str:

@@ -9,12 +9,13 @@ reads both alike.
 from __future__ import annotations
 
 import re
+from itertools import chain
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from hubcli.errors import DataError
-from hubcli.tasks.base import read_text
+from hubcli.tasks.base import read_lines
 
 _TAG = re.compile(r"O|[BI]-\S+")
 
@@ -57,12 +58,12 @@ def read_conll(path: Path) -> list[TaggedSentence]:
         DataError: the file is missing or empty, a line has fewer than two columns, a tag is not
             IOB, or there is no sentence at all (names the file and line).
     """
-    text = read_text(path)
     sentences: list[TaggedSentence] = []
     words: list[str] = []
     tags: list[str] = []
     first = 0
-    for number, raw in enumerate([*text.split("\n"), ""], 1):
+    for number, raw in chain(read_lines(path), [(0, "")]):  # a last blank line ends a sentence
+        raw = raw.removesuffix("\n")
         parts = raw.split()
         if not parts or parts[0] == "-DOCSTART-":
             if words:

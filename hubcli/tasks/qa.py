@@ -14,7 +14,7 @@ import numpy as np
 
 from hubcli.errors import UsageError
 from hubcli.tasks.metrics import squad_metrics
-from hubcli.tasks.base import SEQUENCE_KEYS, Columns, Task, as_array, softmax
+from hubcli.tasks.base import SEQUENCE_KEYS, Columns, Task, as_array, bounded_prefix, softmax
 from hubcli.tasks.squad import Answer, QAExample, read_squad
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ class QuestionAnswering(Task):
     primary_metric = "f1"
     formats = ("squad",)
     target_keys = ("start_positions", "end_positions")
+    second_input = "context"
 
     def __init__(self, doc_stride: int | None = None) -> None:
         """`doc_stride`: tokens shared by neighbouring windows; None means max_length // 4."""
@@ -126,16 +127,19 @@ class QuestionAnswering(Task):
                              [[answer.text for answer in example.answers]
                               for example in examples])
 
-    def parse_input(self, line: str) -> QAExample:
-        """`question<TAB>context`.
+    def parse_input(self, line: str, second: str | None = None) -> QAExample:
+        """`question<TAB>context`, or the question alone with the context as `second`.
 
         Raises:
-            UsageError: the line has no tab.
+            UsageError: no context.
         """
+        if second is not None:
+            return QAExample(line, second)
         question, tab, context = line.partition("\t")
         if not tab:
-            raise UsageError(f"question answering needs 'question<TAB>context', got {line!r}",
-                             hint="separate the question from the context with a tab")
+            raise UsageError(f"question answering needs 'question<TAB>context', got "
+                             f"{line[:80]!r}", hint="pass the context with --context TEXT, or "
+                             "separate it from the question with a tab")
         return QAExample(question, context)
 
     def describe(self, pred: dict) -> str:
@@ -144,6 +148,7 @@ class QuestionAnswering(Task):
 
 def _clip(tokenizer: Any, question: str, limit: int) -> str:
     """The question cut after its `limit`-th token."""
+    question = bounded_prefix(tokenizer, question, limit)
     offsets = tokenizer(question, add_special_tokens=False,
                         return_offsets_mapping=True)["offset_mapping"]
     return question if len(offsets) <= limit else question[:offsets[limit - 1][1]]

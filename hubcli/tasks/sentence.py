@@ -27,6 +27,7 @@ class SentenceTask(Task):
     """A task with one output per sentence or sentence pair; subclasses say what a label is."""
 
     formats = FORMATS
+    second_input = "pair"
 
     def read(self, path: Path, *, fmt: str | None = None,
              columns: Columns = Columns()) -> list[SentenceExample]:
@@ -37,8 +38,9 @@ class SentenceTask(Task):
             UsageError: `fmt` is not csv, tsv or jsonl, or the extension is .conll.
         """
         fmt = self.data_format(path, fmt)
+        where = str(path)
         return [SentenceExample(row.text, row.pair, self._parse_label(row.label, path, row.line),
-                                str(path), row.line)
+                                where, row.line)
                 for row in read_rows(path, fmt, columns)]
 
     def encode(self, examples: list[SentenceExample], tokenizer: Any, labels: list[str],
@@ -51,8 +53,10 @@ class SentenceTask(Task):
         self.pad_id = tokenizer.pad_token_id or 0
         features = []
         for index, example in enumerate(examples):
-            encoding = tokenizer(example.text, example.pair, truncation=True,
-                                 max_length=max_length)
+            text, pair = (self._bounded(tokenizer, part, max_length, example.path, example.line,
+                                        index) if part else part
+                          for part in (example.text, example.pair))
+            encoding = tokenizer(text, pair, truncation=True, max_length=max_length)
             feature: dict = {key: encoding[key] for key in SEQUENCE_KEYS if key in encoding}
             feature["example_index"] = index
             if with_targets:
@@ -60,8 +64,10 @@ class SentenceTask(Task):
             features.append(feature)
         return features
 
-    def parse_input(self, line: str) -> SentenceExample:
-        """`text`, or `text<TAB>pair` for a model trained on sentence pairs."""
+    def parse_input(self, line: str, second: str | None = None) -> SentenceExample:
+        """`text`, or `text<TAB>pair` for a model trained on sentence pairs (or `second`)."""
+        if second is not None:
+            return SentenceExample(line, second)
         text, tab, pair = line.partition("\t")
         return SentenceExample(text, pair if tab else None)
 

@@ -9,14 +9,14 @@ a CSV record spanning several lines is reported at its first line.
 from __future__ import annotations
 
 import csv
-import io
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hubcli.errors import DataError
-from hubcli.tasks.base import Columns, read_text
+from hubcli.tasks.base import Columns, read_lines
 
 TEXT_DEFAULTS = ("sentence", "text", "sentence1", "question", "question1", "premise", "review",
                  "content")
@@ -35,8 +35,9 @@ class Row:
     line: int
 
 
-def read_rows(path: Path, fmt: str, columns: Columns) -> list[Row]:
-    """The text, pair and label cells of every record of a CSV, TSV or JSONL file.
+def read_rows(path: Path, fmt: str, columns: Columns) -> Iterator[Row]:
+    """The text, pair and label cells of every record of a CSV, TSV or JSONL file, read as a
+    stream (memory bounded by one record besides what the caller keeps).
 
     TSV is read without quote handling (as GLUE's files are written), so quotes in a sentence
     stay as they are; a field cannot hold a tab or a line break.
@@ -45,16 +46,24 @@ def read_rows(path: Path, fmt: str, columns: Columns) -> list[Row]:
         DataError: the file is missing, empty or malformed, a column is missing, a cell is not
             text, or a label is empty (names the file and line).
     """
-    text = read_text(path)
-    header, records = _jsonl(text, path) if fmt == "jsonl" else _delimited(text, path, fmt)
-    if not records:
+    records = _jsonl(path) if fmt == "jsonl" else _delimited(path, fmt)
+    header = next(records)
+    keys = None
+    for line, record in records:
+        if keys is None:
+            keys = _keys(header, columns, path)
+        yield _row(record, line, *keys, path)
+    if keys is None:
         raise DataError("no examples after the header", path=str(path), line=header.line)
+
+
+def _keys(header: _Header, columns: Columns, path: Path) -> tuple[str, str | None, str]:
     text_key = _find(header, columns.text, TEXT_DEFAULTS, "text", path)
     pair_key = _find(header, columns.pair, PAIR_DEFAULTS, "text-pair", path, optional=True,
                      taken=(text_key,))
     label_key = _find(header, columns.label, LABEL_DEFAULTS, "label", path,
                       taken=(text_key, pair_key))
-    return [_row(record, line, text_key, pair_key, label_key, path) for line, record in records]
+    return text_key, pair_key, label_key
 
 
 @dataclass(frozen=True)
@@ -63,12 +72,12 @@ class _Header:
     line: int
 
 
-def _delimited(text: str, path: Path, fmt: str) -> tuple[_Header, list[tuple[int, dict]]]:
+def _delimited(path: Path, fmt: str) -> Iterator[Any]:
+    """The header, then (line, record) per record."""
     dialect: dict[str, Any] = ({"delimiter": "\t", "quoting": csv.QUOTE_NONE} if fmt == "tsv"
                                else {"delimiter": ",", "strict": True})
-    reader = csv.reader(io.StringIO(text, newline=""), **dialect)
+    reader = csv.reader((line for _, line in read_lines(path)), **dialect)
     header: _Header | None = None
-    records: list[tuple[int, dict]] = []
     end = 0
     try:
         for cells in reader:
@@ -77,27 +86,26 @@ def _delimited(text: str, path: Path, fmt: str) -> tuple[_Header, list[tuple[int
                 continue
             if header is None:
                 header = _Header([cell.strip() for cell in cells], start)
+                yield header
             elif len(cells) != len(header.names):
                 raise DataError(f"expected {len(header.names)} fields like the header, found "
                                 f"{len(cells)}", path=str(path), line=start,
                                 hint=_FIELD_HINT[fmt])
             else:
-                records.append((start, dict(zip(header.names, cells))))
+                yield start, dict(zip(header.names, cells))
     except csv.Error as e:
         raise DataError(f"malformed {fmt.upper()}: {e}", path=str(path), line=reader.line_num,
                         hint=_FIELD_HINT[fmt]) from None
-    assert header is not None  # read_text() refused a blank file
-    return header, records
 
 
 _FIELD_HINT = {"csv": "put double quotes around fields that hold commas, quotes or line breaks",
                "tsv": "TSV fields cannot hold tabs or line breaks; use CSV or JSONL for such text"}
 
 
-def _jsonl(text: str, path: Path) -> tuple[_Header, list[tuple[int, dict]]]:
-    records: list[tuple[int, dict]] = []
-    # Split on "\n" only: str.splitlines() would also break on U+2028 inside JSON strings.
-    for number, line in enumerate(text.split("\n"), 1):
+def _jsonl(path: Path) -> Iterator[Any]:
+    """A header (the first object's keys: JSONL has no header line), then (line, record)."""
+    first = True
+    for number, line in read_lines(path):
         if not line.strip():
             continue
         try:
@@ -109,10 +117,10 @@ def _jsonl(text: str, path: Path) -> tuple[_Header, list[tuple[int, dict]]]:
             raise DataError(f"expected a JSON object, found {type(value).__name__}",
                             path=str(path), line=number,
                             hint="JSONL needs one JSON object per line") from None
-        records.append((number, value))
-    # JSONL has no header line: the first object's keys stand in for one.
-    first_line, first = records[0]
-    return _Header(list(first), first_line), records
+        if first:
+            yield _Header(list(value), number)
+            first = False
+        yield number, value
 
 
 def _find(header: _Header, wanted: str | None, defaults: tuple[str, ...], flag: str, path: Path,

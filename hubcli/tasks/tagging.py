@@ -131,8 +131,8 @@ class Tagging(Task):
         return entity_metrics([example.tags for example in examples],
                               [prediction["tags"] for prediction in predictions])
 
-    def parse_input(self, line: str) -> TaggedSentence:
-        """The line's whitespace-separated words."""
+    def parse_input(self, line: str, second: str | None = None) -> TaggedSentence:
+        """The line's whitespace-separated words (tagging takes no second text)."""
         return TaggedSentence.from_text(line)
 
     def describe(self, pred: dict) -> str:
