@@ -118,7 +118,8 @@ def ablate_cmd(adapter, data, out, drop_lowest, record, fmt, text_column, text_p
 @click.command("plot")
 @click.argument("adapter", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path),
-              help="folder for training.png/.svg/.csv [default: ADAPTER/plots]")
+              help="folder for training.png/.svg/.csv [default: ADAPTER-plots beside the "
+                   "adapter folder, which takes no extra files]")
 def plot_cmd(adapter, out) -> None:
     """Training curves of an adapter folder: loss and validation metrics per epoch."""
     from hubcli.analysis.plots import training_curves
@@ -129,7 +130,8 @@ def plot_cmd(adapter, out) -> None:
     if not manifest.get("metrics", {}).get("validation"):
         raise UsageError(f"{adapter} records no training history",
                          hint="train with --validation to get per-epoch curves")
-    files = training_curves(manifest, out or adapter / "plots")
+    folder = adapter.resolve()
+    files = training_curves(manifest, out or folder.parent / f"{folder.name}-plots")
     click.echo(f"wrote {files[0]}, {files[1]} and {files[2]}")
 
 
