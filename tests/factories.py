@@ -119,3 +119,14 @@ def make_signed_bundle(path: Path, *, key_path: Path | None = None, **overrides:
     make_bundle(path)
     sign_bundle(path, key_path)
     return path
+
+
+def close(a, b) -> bool:
+    """Predictions equal up to float noise (1e-5)."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float):
+        return abs(a - b) <= 1e-5
+    return a == b

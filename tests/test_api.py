@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from factories import close
+
 from hubcli.api import AdapterHub
 from hubcli.data import ner_sample, sample_dataset
 from hubcli.errors import AdapterError
@@ -51,17 +53,6 @@ def three_adapters(tiny_base_dir, tmp_path_factory):
         train(TrainSettings(train=train_tsv, out=out / "lora", method="lora", rank=4, **common),
               log=lambda _m: None)
     return out
-
-
-def close(a, b) -> bool:
-    """Predictions equal up to float noise (1e-5)."""
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b))
-    if isinstance(a, float):
-        return abs(a - b) <= 1e-5
-    return a == b
 
 
 def test_predict_routes_each_text_through_its_own_adapter(three_adapters, tiny_base_dir):

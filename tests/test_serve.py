@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import httpx
 import pytest
-from factories import LORA, make_adapter_dir
+from factories import LORA, close, make_adapter_dir
 
 from hubcli.api import AdapterHub
 from hubcli.serving.service import ServeSettings
@@ -82,17 +82,6 @@ def pool(engine, adapters) -> Pool:
 def url(pool):
     with running(pool, ServeSettings(BatchSettings(max_wait_ms=50))) as (url, _server):
         yield url
-
-
-def close(a, b) -> bool:
-    """Equal up to float noise (1e-5)."""
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b))
-    if isinstance(a, float):
-        return abs(a - b) <= 1e-5
-    return a == b
 
 
 def test_mixed_concurrent_requests_equal_each_adapter_alone(url, adapters, tiny_base_dir):
