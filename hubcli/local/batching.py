@@ -17,11 +17,14 @@ def _length(feature: dict) -> int:
     return len(feature["input_ids"])
 
 
-def training_batches(n_features: int, lengths: list[int], batch_size: int,
+def training_batches(n_features: int, lengths: list[int] | None, batch_size: int,
                      rng: random.Random) -> list[list[int]]:
-    """Index batches for one epoch: shuffle, sort by length within pools, shuffle batches."""
+    """Index batches for one epoch: shuffle, sort by length within pools, shuffle batches;
+    with `lengths` None, plain shuffled batches."""
     order = list(range(n_features))
     rng.shuffle(order)
+    if lengths is None:
+        return [order[i:i + batch_size] for i in range(0, n_features, batch_size)]
     pool = batch_size * POOL_BATCHES
     batches: list[list[int]] = []
     for start in range(0, n_features, pool):

@@ -209,7 +209,9 @@ class _Run:
             bar = tqdm(total=len(train_feats), desc=f"epoch {epoch}/{s.epochs}", unit="ex",
                        disable=True if s.quiet else None, leave=False, smoothing=0)
             t0, total_loss = time.perf_counter(), 0.0
-            for idx in training_batches(len(train_feats), lengths, s.batch_size, rng):
+            for idx in training_batches(len(train_feats),
+                                        lengths if task.bucket_by_length else None,
+                                        s.batch_size, rng):
                 batch = task.collate([train_feats[i] for i in idx])
                 with precision.autocast(s.precision):
                     loss = task.loss(self.model(batch["input_ids"], batch["attention_mask"],

@@ -55,6 +55,9 @@ class Task(ABC):
     primary_metric: str
     formats: tuple[str, ...]
     target_keys: tuple[str, ...] = ("labels",)  # feature keys collate() turns into targets
+    # Training batches of similar lengths pad less; a task whose examples differ in kind by
+    # length (tagging: headlines against sentences) learns worse from such batches.
+    bucket_by_length: bool = True
     # What `hub predict` calls the second text of an input (--pair, --context), if it takes one
     second_input: str | None = None
 
