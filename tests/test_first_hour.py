@@ -25,6 +25,9 @@ TRAIN = ["train", "--base", "{base}", "--train", "{train}", "--out", "{new}"]
 CASES = {
     "layers beyond the base": ([*TRAIN, "--layers", "9-99"], None,
                                "error: --layers 9-99: " + LAYERS),
+    "layers beyond the base, written as a range": ([*TRAIN, "--layers", "0-20"], None,
+                                                   "error: --layers 0-20: " + LAYERS),
+    "layers with a gap": ([*TRAIN, "--layers", "0,5"], None, "error: --layers 0,5: " + LAYERS),
     "layers backwards": ([*TRAIN, "--layers", "3-1"], None,
                          "error: --layers 3-1: selects no layer (a range runs low-high)"),
     "negative lr": ([*TRAIN, "--lr", "-1"], None,
@@ -35,6 +38,8 @@ CASES = {
                 "error: --lr 0.0: the learning rate must be a positive number"),
     "negative init scale": ([*TRAIN, "--init-scale", "-1"], None,
                             "error: --init-scale -1.0: must be a number >= 0 (a standard deviation)"),
+    "nan init scale": ([*TRAIN, "--init-scale", "nan"], None,
+                       "error: --init-scale nan: must be a number >= 0 (a standard deviation)"),
     "version not semver": ([*TRAIN, "--version", "not a version"], None,
                            "error: --version 'not a version': is not a semantic version"),
     "base folder missing": (["train", "--base", "{missing}", "--train", "{train}", "--out", "{new}"],

@@ -46,10 +46,11 @@ def ablation_heatmap(a: Ablation, out: Path, title: str) -> list[Path]:
     grid = [[float("nan") if v is None else v for v in row] for row in a.spans]
     fig, ax = plt.subplots(figsize=(1.0 + 0.75 * n, 0.8 + 0.65 * n))
     image = ax.imshow(grid, cmap="viridis", origin="upper")
+    middle = (a.full + min(v for row in a.spans for v in row if v is not None)) / 2
     for i in range(n):
         for j in range(i, n):
             ax.text(j, i, f"{a.spans[i][j]:.2f}", ha="center", va="center", fontsize=8,
-                    color="white" if a.spans[i][j] < (a.full + _low(a)) / 2 else "black")
+                    color="white" if a.spans[i][j] < middle else "black")
     ax.set_xticks(range(n))
     ax.set_yticks(range(n))
     ax.set_xlabel("last layer with adapters removed")
@@ -64,10 +65,6 @@ def ablation_heatmap(a: Ablation, out: Path, title: str) -> list[Path]:
     paths = _save(fig, out, "ablation")
     rows = [[i, j, a.spans[i][j]] for i in range(n) for j in range(i, n)]
     return [*paths, _write_csv(out / "ablation.csv", ["first_layer", "last_layer", a.metric], rows)]
-
-
-def _low(a: Ablation) -> float:
-    return min(v for row in a.spans for v in row if v is not None)
 
 
 def drop_plot(a: Ablation, out: Path, title: str) -> list[Path]:
