@@ -48,10 +48,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def running(pool: Pool, settings: ServeSettings):
+def running(pool: Pool, settings: ServeSettings, access_log: str = "off"):
     """A real uvicorn server for `pool` in a thread; yields its URL; stops it gracefully."""
     port = free_port()
-    server = make_server(pool, settings, host="127.0.0.1", port=port, access_log=False)
+    server = make_server(pool, settings, host="127.0.0.1", port=port, access_log=access_log)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -304,3 +304,81 @@ def test_admin_endpoints_load_and_unload_with_the_token(adapters, tiny_base_dir,
         assert client.post(f"{admin_url}/v1/predict",
                            json={"adapter": sst, "inputs": ["a film"]}).status_code == 404
     assert list(pool.listing()) == ["__base__"]
+
+
+def test_memory_budget_evicts_the_least_recently_used(adapters, tiny_base_dir):
+    from safetensors.torch import load_file
+
+    def size(folder: str) -> int:
+        return sum(t.numel() * t.element_size()
+                   for t in load_file(f"{folder}/adapter.safetensors").values())
+
+    sst, lora, ner = adapters.values()
+    budget = size(lora) + size(ner)  # room for two of the three, not for sst beside them
+    assert size(sst) > 0 and budget < size(sst) + size(lora) + size(ner)
+    pool = Pool(Engine(str(tiny_base_dir), **POLICY), max_bytes=budget)
+    for path in (sst, lora, ner):
+        pool.add(path)
+    listed = pool.listing()
+    assert list(listed) == ["__base__", lora, ner]
+    assert [listed[a]["bytes"] for a in (lora, ner)] == [size(lora), size(ner)]
+    assert pool.nbytes() == budget
+
+
+def test_tokens_guard_predicting_and_listing_not_probes(pool):
+    body = {"adapter": "__base__", "inputs": ["a film"]}
+    settings = ServeSettings(tokens=("t-one", "t-two"), admin_token="adm")
+    with running(pool, settings) as (url, _server), httpx.Client(timeout=30) as client:
+        refused = client.post(f"{url}/v1/predict", json=body)
+        wrong = client.post(f"{url}/v1/predict", json=body,
+                            headers={"authorization": "Bearer t-on"})
+        answers = [client.post(f"{url}/v1/predict", json=body,
+                               headers={"authorization": f"Bearer {t}"}).status_code
+                   for t in ("t-one", "t-two", "adm")]
+        listing = client.get(f"{url}/v1/adapters")
+        probes = [client.get(f"{url}{p}").status_code for p in ("/health", "/ready", "/metrics")]
+    assert (refused.status_code, refused.json()["error"]) == \
+        (401, "a valid predict token is needed")
+    assert wrong.status_code == 401 and answers == [200, 200, 200]
+    assert listing.status_code == 401 and probes == [200, 200, 200]
+
+
+def test_access_log_is_one_json_object_per_request(pool, adapters):
+    import json
+    import logging
+
+    from hubcli.serving.accesslog import LOGGER, json_lines_logger
+
+    lines: list[str] = []
+    collect = logging.Handler()
+    collect.emit = lambda record: lines.append(record.getMessage())
+    logger = json_lines_logger()
+    logger.addHandler(collect)
+    try:
+        with running(pool, ServeSettings(), access_log="json") as (url, _server), \
+                httpx.Client(timeout=30) as client:
+            client.post(f"{url}/v1/predict", json={"adapter": adapters["sst"],
+                                                   "inputs": ["a film", "a play"]})
+            client.post(f"{url}/v1/predict", json={"adapter": "nope", "inputs": ["x"]})
+            client.get(f"{url}/health")
+    finally:
+        logger.removeHandler(collect)
+    records = [json.loads(line) for line in lines]
+    assert [(r["method"], r["path"], r["status"]) for r in records] == [
+        ("POST", "/v1/predict", 200), ("POST", "/v1/predict", 404), ("GET", "/health", 200)]
+    assert [(r.get("adapter"), r.get("inputs")) for r in records] == [
+        (adapters["sst"], 2), ("nope", 1), (None, None)]
+    assert all(r["ms"] > 0 and r["client"] == "127.0.0.1" and r["time"].endswith("+00:00")
+               for r in records)
+    assert logging.getLogger(LOGGER) is logger
+
+
+def test_options_ray_does_not_carry_are_refused(adapters):
+    from click.testing import CliRunner
+
+    from hubcli.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["serve", "--ray", "--token", "t", "--max-adapters", "2",
+                                      adapters["sst"]])
+    assert result.exit_code != 0
+    assert "--max-adapters, --token cannot be used with --ray" in result.output

@@ -1,10 +1,16 @@
-"""`hub serve` as a Ray Serve deployment: a local Ray, 2 replicas, real HTTP; each request's
-adapter travels in Ray's multiplexing header. Skipped without the [ray] extra."""
+"""`hub serve --ray`: the engine as a Ray Serve deployment on a local Ray, 2 replicas, real
+HTTP; each request's adapter travels in Ray's multiplexing header (or in the body). Skipped
+without the [ray] extra."""
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
+import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -15,7 +21,7 @@ ray = pytest.importorskip("ray", reason="the [ray] extra is not installed")
 from ray import serve  # noqa: E402
 
 from hubcli.serving.engine import Engine, Job  # noqa: E402
-from hubcli.serving.ray import HEADER, AdapterReplica  # noqa: E402
+from hubcli.serving.ray import HEADER  # noqa: E402
 
 TEXTS = ["a gripping film", "dull and long", "Paris in spring", "quietly moving"]
 
@@ -33,36 +39,62 @@ def adapters(tmp_path_factory) -> list[str]:
             str(make_adapter_dir(out / "lora", name="lora", seed=2, architecture=LORA))]
 
 
-def test_two_replicas_answer_as_the_engine_does(adapters, tiny_base_dir):
+@contextmanager
+def hub_serve_on_ray(adapters: list[str], base: Path, port: int):
+    """`hub serve --ray --replicas 2` in a subprocess, until its first answer; SIGTERM after."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from hubcli.cli.main import main; main()", "serve", "--ray",
+         "--replicas", "2", "--port", str(port),
+         "--base", str(base), "--allow-unsigned", "--allow-base-mismatch", *adapters],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}/v1/predict"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "hub serve --ray did not answer in 240 s"
+            try:
+                if httpx.post(url, json={"inputs": ["x"], "adapter": adapters[0]},
+                              timeout=60).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(1)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+
+
+def test_hub_serve_ray_two_replicas_answer_as_the_engine_does(adapters, tiny_base_dir):
     engine = Engine(str(tiny_base_dir), allow_unsigned=True, allow_base_mismatch=True)
     slots = {a: engine.attach(Path(a)) for a in adapters}
     expected = {a: engine.run([Job(slots[a], [t], 1) for t in TEXTS]) for a in adapters}
 
-    port = free_port()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        app = AdapterReplica.options(num_replicas=2).bind(
-            adapters, str(tiny_base_dir), True, True, 5.0)
-        serve.run(app, name="adapters", route_prefix="/")
-        url = f"http://127.0.0.1:{port}/v1/predict"
+    with hub_serve_on_ray(adapters, tiny_base_dir, free_port()) as url:
         requests = [(a, i) for a in adapters for i in range(len(TEXTS))]
         with httpx.Client(timeout=120) as client, ThreadPoolExecutor(8) as pool:
             answers = list(pool.map(lambda r: client.post(
                 url, json={"inputs": [TEXTS[r[1]]]}, headers={HEADER: r[0]}), requests))
-            no_header = client.post(url, json={"inputs": ["x"]})
+            in_body = client.post(url, json={"adapter": adapters[1], "inputs": [TEXTS[0]]})
+            no_name = client.post(url, json={"inputs": ["x"]})
             unknown = client.post(url, json={"inputs": ["x"]}, headers={HEADER: "./nowhere"})
-        assert [a.status_code for a in answers] == [200] * len(requests)
-        for (adapter, i), answer in zip(requests, answers):
-            got = answer.json()["predictions"][0]
-            want = expected[adapter][i][0]
-            assert got["label"] == want["label"] and abs(got["score"] - want["score"]) < 1e-5
-        assert (no_header.status_code, no_header.json()["error"]) == \
-            (422, "the request names no adapter")
-        assert (unknown.status_code, unknown.json()["error"]) == \
-            (404, "no adapter named './nowhere' is served")
-        replicas = serve.status().applications["adapters"].deployments["AdapterReplica"]
-        assert replicas.replica_states.get("RUNNING") == 2
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+        ray.init(address="auto", log_to_driver=False)  # the cluster `hub serve --ray` started
+        try:
+            replicas = serve.status().applications["hub"].deployments["AdapterReplica"]
+        finally:
+            ray.shutdown()
+    assert [a.status_code for a in answers] == [200] * len(requests)
+    for (adapter, i), answer in zip(requests, answers):
+        got = answer.json()["predictions"][0]
+        want = expected[adapter][i][0]
+        assert got["label"] == want["label"] and abs(got["score"] - want["score"]) < 1e-5
+    assert in_body.json()["predictions"][0]["label"] == expected[adapters[1]][0][0]["label"]
+    assert (no_name.status_code, no_name.json()["error"]) == (422, "the request names no adapter")
+    assert (unknown.status_code, unknown.json()["error"]) == \
+        (404, "no adapter named './nowhere' is served")
+    assert replicas.replica_states.get("RUNNING") == 2

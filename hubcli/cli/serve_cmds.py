@@ -31,13 +31,27 @@ POSITIVE = click.IntRange(min=1)
 @click.option("--max-adapters", type=POSITIVE,
               help="adapters attached at most; the least recently used is detached (default: "
                    "no limit)")
+@click.option("--max-adapter-mb", type=click.FloatRange(min=0, min_open=True),
+              help="memory the attached adapters may hold (weights, LayerNorm deltas, heads); "
+                   "the least recently used are detached beyond it (default: no limit)")
 @click.option("--admin-token", envvar="HUB_SERVE_ADMIN_TOKEN",
               help="bearer token for POST/DELETE /v1/adapters (env HUB_SERVE_ADMIN_TOKEN; "
                    "default: those endpoints are off)")
+@click.option("--token", "tokens", multiple=True, envvar="HUB_SERVE_TOKENS",
+              help="bearer token required to predict and list adapters (repeatable; env "
+                   "HUB_SERVE_TOKENS, space-separated; default: open)")
+@click.option("--access-log", type=click.Choice(["json", "text", "off"]), default="json",
+              show_default=True, help="one JSON object per request on stderr, uvicorn's text "
+                                      "lines, or none")
+@click.option("--ray", "on_ray", is_flag=True,
+              help="run as a Ray Serve deployment (the [ray] extra) on RAY_ADDRESS or a local "
+                   "Ray; requests name the adapter in the serve_multiplexed_model_id header")
+@click.option("--replicas", default=1, show_default=True, type=POSITIVE,
+              help="Ray Serve replicas (with --ray)")
 @attach_options
 def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, max_inputs,
-              max_text_chars, no_batching, allow_pull, max_adapters, admin_token,
-              **attach) -> None:
+              max_text_chars, no_batching, allow_pull, max_adapters, max_adapter_mb,
+              admin_token, tokens, access_log, on_ray, replicas, **attach) -> None:
     """Serve adapters over HTTP: hub serve ADAPTER... (folders or NS/NAME[@VERSION]).
 
     POST /v1/predict {"adapter": NAME, "inputs": [TEXT, ...]} answers what `hub predict
@@ -45,6 +59,17 @@ def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, m
     mix of adapters arriving together run as one forward pass. Also GET /v1/adapters
     (POST, DELETE with --admin-token), /health, /ready, /metrics (Prometheus) and /docs.
     """
+    if on_ray:
+        given = {"--no-batching": no_batching, "--max-adapters": max_adapters,
+                 "--max-adapter-mb": max_adapter_mb, "--admin-token": admin_token,
+                 "--token": tokens, "--access-log": access_log != "json"}
+        if unsupported := [flag for flag, value in given.items() if value]:
+            raise UsageError(f"{', '.join(unsupported)} cannot be used with --ray",
+                             hint="Ray Serve replicas batch, evict (16 adapters each) and log "
+                                  "on their own; drop the option or serve without --ray")
+        _serve_on_ray(list(adapters), replicas=replicas, host=host, port=port,
+                      max_wait_ms=max_wait_ms, **attach)
+        return
     try:
         from hubcli.serving.server import serve
     except ImportError as err:  # the [serve] extra is optional
@@ -56,6 +81,19 @@ def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, m
     settings = ServeSettings(BatchSettings(max_wait_ms, max_batch_tokens, queue_size,
                                            batching=not no_batching),
                              max_inputs=max_inputs, max_text_chars=max_text_chars,
-                             admin_token=admin_token)
-    serve(list(adapters) or ["__base__"], settings, host=host, port=port, notify=notice,
-          allow_pull=allow_pull, max_adapters=max_adapters, **attach)
+                             admin_token=admin_token,
+                             tokens=tuple(t for arg in tokens for t in arg.split()))
+    max_bytes = None if max_adapter_mb is None else int(max_adapter_mb * 2**20)
+    serve(list(adapters) or ["__base__"], settings, host=host, port=port,
+          access_log=access_log, notify=notice, allow_pull=allow_pull,
+          max_adapters=max_adapters, max_bytes=max_bytes, **attach)
+
+
+def _serve_on_ray(adapters: list[str], **options) -> None:
+    """Raises UsageError: the [ray] extra is not installed."""
+    try:
+        from hubcli.serving.ray import run
+    except ImportError as err:
+        raise UsageError(f"hub serve --ray needs {err.name}, which is not installed",
+                         hint='pip install "adapter-hub[ray]"') from None
+    run(adapters, notify=notice, **options)

@@ -34,7 +34,9 @@ class LoadRequest(BaseModel):
 
 def create_app(pool: Pool, settings: ServeSettings | None = None) -> FastAPI:
     """The ASGI app serving `pool`'s adapters; its batcher runs from startup to shutdown
-    (which finishes every request already queued)."""
+    (which finishes every request already queued). With `settings.tokens`, predicting and
+    listing need one of them (or the admin token) as a bearer token; /health, /ready and
+    /metrics stay open for probes and scrapers."""
     service = Service(pool, settings)
     settings = service.settings
 
@@ -52,19 +54,35 @@ def create_app(pool: Pool, settings: ServeSettings | None = None) -> FastAPI:
         return refusal(422, HubError(validation_line(exc.errors()), hint=BODY_HINT))
 
     @app.post("/v1/predict", response_model=PredictResponse)
-    async def predict(body: PredictRequest):
+    async def predict(body: PredictRequest, request: Request):
+        request.state.log = {"adapter": body.adapter, "inputs": len(body.inputs)}
+        if (refused := _client(request)) is not None:
+            return refused
         return await service.predict(body.adapter, body.inputs)
+
+    def _bearer(request: Request, tokens: list[str], what: str) -> JSONResponse | None:
+        """A 401 refusal unless the request carries one of `tokens`."""
+        given = request.headers.get("authorization", "").removeprefix("Bearer ").encode()
+        # every token compared, in constant time each: no early exit tells which came close
+        if not sum(hmac.compare_digest(given, t.encode()) for t in tokens):
+            return refusal(401, HubError(f"a valid {what} token is needed",
+                                         hint="send Authorization: Bearer TOKEN"))
+        return None
+
+    def _client(request: Request) -> JSONResponse | None:
+        """A refusal unless predicting is open or the request carries a predict token (the
+        admin token serves too)."""
+        if not settings.tokens:
+            return None
+        return _bearer(request, [*settings.tokens, *filter(None, [settings.admin_token])],
+                       "predict")
 
     def _admin(request: Request) -> JSONResponse | None:
         """A refusal unless the request carries the admin token."""
         if settings.admin_token is None:
             return refusal(403, HubError("the admin endpoints are off",
                                          hint="start the server with --admin-token"))
-        given = request.headers.get("authorization", "").removeprefix("Bearer ")
-        if not hmac.compare_digest(given.encode(), settings.admin_token.encode()):
-            return refusal(401, HubError("a valid admin token is needed",
-                                         hint="send Authorization: Bearer TOKEN"))
-        return None
+        return _bearer(request, [settings.admin_token], "admin")
 
     @app.post("/v1/adapters")
     async def load(body: LoadRequest, request: Request) -> JSONResponse:
@@ -87,7 +105,9 @@ def create_app(pool: Pool, settings: ServeSettings | None = None) -> FastAPI:
         return JSONResponse({"removed": name})
 
     @app.get("/v1/adapters")
-    async def adapters() -> dict:
+    async def adapters(request: Request):
+        if (refused := _client(request)) is not None:
+            return refused
         return {"adapters": list(pool.listing().values())}
 
     @app.get("/health")

@@ -61,6 +61,11 @@ class Engine:
     def manifest(self, slot: str) -> dict:
         return self.hub.manifests[slot]
 
+    def nbytes(self, slot: str) -> int:
+        """Memory the adapter in `slot` holds: its weights, LayerNorm deltas and head."""
+        return sum(t.numel() * t.element_size()
+                   for t in self.hub.model.named_adapter_tensors(slot).values())
+
     def max_length(self, slot: str) -> int:
         if slot == BASE:
             return DEFAULT_MAX_LENGTH

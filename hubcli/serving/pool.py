@@ -1,6 +1,7 @@
 """Which adapters a server holds, by the names requests use: attached at start-up, loaded on
-demand (`allow_pull`), evicted least-recently-used beyond `max_adapters`, reloaded when asked
-for again.
+demand (`allow_pull`), evicted least-recently-used beyond `max_adapters` or beyond `max_bytes`
+of adapter memory (weights, LayerNorm deltas, heads; the base is not counted), reloaded when
+asked for again.
 
 A request pins its adapter's slot from `acquire` to `release`, so an adapter is never detached
 under a request queued for it (the pool may run over `max_adapters` for a moment instead).
@@ -45,10 +46,12 @@ class Served:
     name: str
     slot: str
     manifest: dict
+    nbytes: int
 
     def describe(self) -> dict:
         return {"name": self.name, "adapter": self.manifest["name"],
-                "version": self.manifest.get("version"), "task": self.manifest["task"]}
+                "version": self.manifest.get("version"), "task": self.manifest["task"],
+                "bytes": self.nbytes}
 
 
 def public_name(ref: str) -> str:
@@ -68,10 +71,11 @@ class Pool:
     "evict"."""
 
     def __init__(self, engine: Engine, *, max_adapters: int | None = None,
-                 allow_pull: bool = False, notify: Callable[[str], None] = lambda _m: None,
+                 max_bytes: int | None = None, allow_pull: bool = False, notify: Callable[[str], None] = lambda _m: None,
                  events: Callable[[str, str], None] = lambda _k, _n: None) -> None:
         self.engine = engine
         self.max_adapters = max_adapters
+        self.max_bytes = max_bytes
         self.allow_pull = allow_pull
         self.notify = notify
         self.events = events
@@ -120,7 +124,7 @@ class Pool:
             raise AlreadyServed(f"{name!r} is served already")
         source = self._sources.get(name, ref)
         slot = self.engine.attach(resolve_adapter(source, notify=self.notify))
-        served = Served(name, slot, self.engine.manifest(slot))
+        served = Served(name, slot, self.engine.manifest(slot), self.engine.nbytes(slot))
         with self._meta:
             self._served[name] = served
             self._sources[name] = source
@@ -194,12 +198,17 @@ class Pool:
 
     def listing(self) -> dict[str, dict]:
         """{name: description} of every attached adapter, the base first."""
-        base = {BASE: {"name": BASE, "adapter": None, "version": None, "task": "embedding"}}
+        base = {BASE: {"name": BASE, "adapter": None, "version": None, "task": "embedding",
+                       "bytes": 0}}
         with self._meta:
             return base | {n: s.describe() for n, s in self._served.items()}
 
     def __len__(self) -> int:
         return len(self._served)
+
+    def nbytes(self) -> int:
+        """Memory the attached adapters hold together."""
+        return sum(s.nbytes for s in self._served.values())
 
     def _loadable(self, name: str) -> bool:
         return public_name(name) in self._sources or (self.allow_pull and is_registry_ref(name))
@@ -214,11 +223,12 @@ class Pool:
                 del self._loading[key]
 
     def _evict(self, keep: str | None = None) -> None:
-        """Detach the least recently used unpinned adapters (not `keep`) beyond
-        `max_adapters`."""
+        """Detach the least recently used unpinned adapters (not `keep`) while more than
+        `max_adapters` are attached or they hold more than `max_bytes`."""
         while True:
             with self._meta:
-                over = self.max_adapters is not None and len(self._served) > self.max_adapters
+                over = ((self.max_adapters is not None and len(self._served) > self.max_adapters)
+                        or (self.max_bytes is not None and self.nbytes() > self.max_bytes))
                 idle = (s for s in self._served.values()
                         if s.slot not in self._pins and s.name != keep)
                 victim = next(idle, None) if over else None

@@ -8,13 +8,21 @@ replica's pool with the same bound), so N replicas on M machines serve N times a
 adapter a replica does not hold is pulled from the registry and verified, as `hub serve
 --allow-pull` does. Within a replica, requests for any mix of its adapters share forward passes.
 
+    hub serve --ray --replicas 4 alice/sst2-adapter ./ner-adapter   # a local Ray, or RAY_ADDRESS
     serve run hubcli.serving.ray:app                       # the packaged base, 1 replica
     serve run hubcli.serving.ray:build replicas=4 adapters=alice/sst2-adapter,./ner-adapter
     curl localhost:8000/v1/predict -H 'serve_multiplexed_model_id: alice/sst2-adapter' \\
          -d '{"inputs": ["a fine film"]}'
+
+A body in `hub serve`'s own form, {"adapter": NAME, "inputs": [...]}, is answered too, but
+only the header lets Ray send the request to a replica that holds the adapter already.
 """
 
 from __future__ import annotations
+
+import signal
+import threading
+from typing import Callable
 
 from pydantic import BaseModel, ValidationError
 from ray import serve
@@ -32,6 +40,7 @@ HEADER = "serve_multiplexed_model_id"
 
 class Inputs(BaseModel):
     inputs: list[str]
+    adapter: str | None = None  # `hub serve`'s body; the header wins
 
 
 @serve.deployment
@@ -63,15 +72,15 @@ class AdapterReplica:
         return name
 
     async def __call__(self, request: Request) -> JSONResponse:
-        name = serve.get_multiplexed_model_id()
-        if not name:
-            return refusal(422, HubError("the request names no adapter",
-                                         hint=f"send the {HEADER} header"))
         try:
             body = Inputs.model_validate_json(await request.body())
         except ValidationError as err:
             return refusal(422, HubError(validation_line(err.errors()),
                                          hint='send {"inputs": [TEXT, ...]}'))
+        name = serve.get_multiplexed_model_id() or body.adapter
+        if not name:
+            return refusal(422, HubError("the request names no adapter",
+                                         hint=f"send the {HEADER} header"))
         try:
             await self.adapter(name)
         except Exception as err:
@@ -92,6 +101,33 @@ def build(args: dict[str, str]):
     return AdapterReplica.options(num_replicas=int(args.get("replicas", 1))).bind(
         adapters, args.get("base"), flag("allow_unsigned"), flag("allow_base_mismatch"),
         float(args.get("max_wait_ms", 5.0)))
+
+
+def run(adapters: list[str], *, replicas: int, host: str, port: int,
+        base: str | None = None, allow_unsigned: bool = False,
+        allow_base_mismatch: bool = False, max_wait_ms: float = 5.0,
+        notify: Callable[[str], None] = lambda _m: None) -> None:
+    """`hub serve --ray`: `replicas` replicas on the Ray cluster at RAY_ADDRESS (else a local
+    one started here), HTTP on host:port, until SIGINT or SIGTERM; then Serve shuts down,
+    replicas finish what they have queued, and a Ray started here stops."""
+    import ray
+
+    ray.init(include_dashboard=False, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": host, "port": port})
+        app = AdapterReplica.options(num_replicas=replicas).bind(
+            adapters, base, allow_unsigned, allow_base_mismatch, max_wait_ms)
+        serve.run(app, name="hub", route_prefix="/")
+        notify(f"serving on Ray, {replicas} replica(s), on http://{host}:{port}/v1/predict")
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            stop.wait()
+        except KeyboardInterrupt:
+            pass
+    finally:
+        serve.shutdown()
+        ray.shutdown()
 
 
 app = build({})

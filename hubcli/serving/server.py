@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from hubcli.serving.accesslog import AccessLog
 from hubcli.serving.app import create_app
 from hubcli.serving.service import ServeSettings
 from hubcli.serving.pool import Pool
@@ -12,22 +13,30 @@ from hubcli.serving.pool import Pool
 GRACEFUL_SHUTDOWN_S = 30
 
 
+ACCESS_LOGS = ("json", "text", "off")
+
+
 def make_server(pool: Pool, settings: ServeSettings, *, host: str, port: int,
-                access_log: bool = True):
-    """A uvicorn server for `pool` (not started: `.run()` it, or `.serve()` in a loop)."""
+                access_log: str = "json"):
+    """A uvicorn server for `pool` (not started: `.run()` it, or `.serve()` in a loop).
+    `access_log`: "json" (one JSON object per request, `accesslog.py`), "text" (uvicorn's
+    lines) or "off"."""
     import uvicorn
 
-    config = uvicorn.Config(create_app(pool, settings), host=host, port=port,
-                            access_log=access_log, log_level="info" if access_log else "warning",
+    app = create_app(pool, settings)
+    config = uvicorn.Config(AccessLog(app) if access_log == "json" else app, host=host,
+                            port=port, access_log=access_log == "text",
+                            log_level="warning" if access_log == "off" else "info",
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     return uvicorn.Server(config)
 
 
 def serve(refs: list[str], settings: ServeSettings, *, host: str, port: int,
-          notify: Callable[[str], None] = lambda _m: None, **pool_options) -> None:
+          access_log: str = "json", notify: Callable[[str], None] = lambda _m: None,
+          **pool_options) -> None:
     """Attach every adapter in `refs` (folders or registry references, pulled and verified) to
     one base and serve them over HTTP until interrupted. `pool_options`: see
-    `Pool.for_adapters` (base, attach policy, max_adapters, allow_pull).
+    `Pool.for_adapters` (base, attach policy, max_adapters, max_bytes, allow_pull).
 
     Raises:
         UsageError, RegistryError, SignatureError, BundleError, ManifestError,
@@ -35,4 +44,4 @@ def serve(refs: list[str], settings: ServeSettings, *, host: str, port: int,
     """
     pool = Pool.for_adapters(refs, notify=notify, **pool_options)
     notify(f"serving {', '.join(pool.listing())} on http://{host}:{port}")
-    make_server(pool, settings, host=host, port=port).run()
+    make_server(pool, settings, host=host, port=port, access_log=access_log).run()

@@ -33,6 +33,7 @@ class ServeSettings:
     max_inputs: int = 64
     max_text_chars: int = 10_000
     admin_token: str | None = None  # None: the admin endpoints (load, unload) are off
+    tokens: tuple[str, ...] = ()  # bearer tokens for predicting; empty: predicting is open
 
 
 class TooLarge(HubError):
