@@ -31,6 +31,31 @@ class EncoderOutput(NamedTuple):
     last_hidden_state: torch.Tensor
 
 
+class Packing(NamedTuple):
+    """A padded batch's real tokens packed into one [tokens, d] matrix (row by row), so every
+    token-wise product (projections, feed-forward, adapters, LayerNorms) skips the padding:
+    a batch of short and long sentences costs its real tokens, not rows x the longest. Only
+    attention needs the rows back, and gets them (`pad`) for the moment it runs."""
+
+    keep: torch.Tensor  # [tokens] long: positions of the real tokens in the flat [rows * n]
+    rows: int
+    n: int
+
+    @classmethod
+    def of(cls, attention_mask: torch.Tensor) -> Packing:
+        rows, n = attention_mask.shape
+        return cls(attention_mask.reshape(-1).nonzero().squeeze(1), rows, n)
+
+    def pad(self, t: torch.Tensor) -> torch.Tensor:
+        """[tokens, d] -> [rows, n, d], zeros at the padding."""
+        flat = t.new_zeros(self.rows * self.n, t.shape[-1]).index_copy_(0, self.keep, t)
+        return flat.view(self.rows, self.n, -1)
+
+    def unpad(self, t: torch.Tensor) -> torch.Tensor:
+        """[rows, n, d] -> [tokens, d]."""
+        return t.reshape(self.rows * self.n, -1).index_select(0, self.keep)
+
+
 def supports(config: dict, model_dir: Path) -> bool:
     """True when this module reproduces the model in `model_dir` exactly."""
     return (config.get("model_type") == "bert"
@@ -49,8 +74,16 @@ class BertEmbeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.p = c.hidden_dropout_prob
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
+                packing: Packing | None = None) -> torch.Tensor:
+        """[rows, n, d], or with `packing` [tokens, d] (only the real tokens looked up)."""
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        if packing is None:
+            positions = positions[None, :]
+        else:
+            input_ids, token_type_ids = (t.reshape(-1)[packing.keep]
+                                         for t in (input_ids, token_type_ids))
+            positions = packing.keep % packing.n
         x = (self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
              + self.position_embeddings(positions))
         return dropout(self.LayerNorm(x), self.p, self.training)
@@ -64,10 +97,12 @@ class BertSelfAttention(nn.Module):
         self.heads = c.num_attention_heads
         self.p = c.attention_probs_dropout_prob
 
-    def forward(self, h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        b, n, d = h.shape
-        q, k, v = (lin(h).view(b, n, self.heads, -1).transpose(1, 2)
-                   for lin in (self.query, self.key, self.value))
+    def forward(self, h: torch.Tensor, mask: torch.Tensor | None,
+                packing: Packing | None = None) -> torch.Tensor:
+        unpacked = (lambda t: t) if packing is None else packing.pad
+        q, k, v = (unpacked(lin(h)) for lin in (self.query, self.key, self.value))
+        b, n, d = q.shape
+        q, k, v = (t.view(b, n, self.heads, -1).transpose(1, 2) for t in (q, k, v))
         if self.training and self.p > 0:
             # by hand: SDPA's own dropout takes the slow per-element Bernoulli path on the CPU
             scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
@@ -76,7 +111,8 @@ class BertSelfAttention(nn.Module):
             ctx = dropout(scores.softmax(-1), self.p, True) @ v
         else:
             ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return ctx.transpose(1, 2).reshape(b, n, d)
+        ctx = ctx.transpose(1, 2).reshape(b, n, d)
+        return ctx if packing is None else packing.unpad(ctx)
 
 
 class BertSublayerOutput(nn.Module):
@@ -98,8 +134,9 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(c)
         self.output = BertSublayerOutput(c.hidden_size, c)
 
-    def forward(self, h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        return self.output(self.self(h, mask), h)
+    def forward(self, h: torch.Tensor, mask: torch.Tensor | None,
+                packing: Packing | None = None) -> torch.Tensor:
+        return self.output(self.self(h, mask, packing), h)
 
 
 class BertIntermediate(nn.Module):
@@ -119,8 +156,9 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(c)
         self.output = BertSublayerOutput(c.intermediate_size, c)
 
-    def forward(self, h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        a = self.attention(h, mask)
+    def forward(self, h: torch.Tensor, mask: torch.Tensor | None,
+                packing: Packing | None = None) -> torch.Tensor:
+        a = self.attention(h, mask, packing)
         return self.output(self.intermediate(a), a)
 
 
@@ -157,15 +195,17 @@ class CompactBert(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> EncoderOutput:
+        """Last hidden states [rows, n, d]; zeros at padded positions (which no head reads)."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        mask = None
+        mask = packing = None
         if attention_mask is not None and not bool(attention_mask.all()):
             mask = attention_mask.bool()[:, None, None, :]  # (batch, 1, 1, keys)
-        h = self.embeddings(input_ids, token_type_ids)
+            packing = Packing.of(attention_mask)
+        h = self.embeddings(input_ids, token_type_ids, packing)
         for layer in self.encoder.layer:
-            h = layer(h, mask)
-        return EncoderOutput(h)
+            h = layer(h, mask, packing)
+        return EncoderOutput(h if packing is None else packing.pad(h))
 
     @classmethod
     def from_pretrained(cls, model_dir: Path, config: dict) -> "CompactBert":

@@ -86,13 +86,13 @@ class AdapterFusion(nn.Module):
         self._folded: tuple[tuple, tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def forward(self, y: torch.Tensor, outputs: torch.Tensor) -> torch.Tensor:
-        """`y` [batch, n, d], `outputs` [K, batch, n, d] -> [batch, n, d]."""
+        """`y` [..., d] (rows x tokens, or packed tokens), `outputs` [K, ..., d] -> [..., d]."""
         # Both projections of the K outputs fold away, exactly: (Q y) . (W_K o) = o . (W_K^T Q y),
         # and sum_k s_k V o_k = V (sum_k s_k o_k) since the weights sum to 1; Q and W_K fold
         # into one matrix too (`_query_key`): two d x d products per token instead of 2K + 1.
         weight, bias = self._query_key()
-        scores = torch.einsum("bnd,kbnd->bnk", F.linear(y, weight, bias), outputs)
-        mixed = torch.einsum("bnk,kbnd->bnd", scores.softmax(-1), outputs)
+        scores = torch.einsum("...d,k...d->...k", F.linear(y, weight, bias), outputs)
+        mixed = torch.einsum("...k,k...d->...d", scores.softmax(-1), outputs)
         return self.value(mixed)
 
     def _query_key(self) -> tuple[torch.Tensor, torch.Tensor]:

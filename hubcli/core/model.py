@@ -251,10 +251,13 @@ class AdapterModel(nn.Module):
     # -- forward ---------------------------------------------------------------------------------
 
     @contextmanager
-    def routing(self, per_row: list[str | None]) -> Iterator[Route]:
+    def routing(self, per_row: list[str | None], attention_mask: torch.Tensor | None = None
+                ) -> Iterator[Route]:
         """Within the block, every site routes row i of the batch to adapter `per_row[i]`
         (`BASE` or None: the untouched base), whatever is active. The batch must be in the
         route's order: `route.sort` it before the encoder and `route.unsort` what comes out.
+        `attention_mask` (the caller's order) lets the route follow an encoder that packs
+        the real tokens.
 
         Raises:
             AdapterError: a name that is not loaded, or a fusion.
@@ -266,7 +269,8 @@ class AdapterModel(nn.Module):
                     raise AdapterError(f"{n} is a fusion; rows are routed to single adapters",
                                        hint="activate() the fusion instead")
         ref = self.encoder.get_input_embeddings().weight
-        route = Route.of(per_row, ref.device)
+        lengths = None if attention_mask is None else attention_mask.sum(1).tolist()
+        route = Route.of(per_row, ref.device, lengths)
         sites = [*self.adapter_sites.values(), *self.layernorm_sites.values()]
         for site in sites:
             site.route = route
@@ -308,7 +312,7 @@ class AdapterModel(nn.Module):
         Raises:
             AdapterError: a name that is not loaded.
         """
-        with self.routing(per_row) as route:
+        with self.routing(per_row, attention_mask) as route:
             mask = route.sort(attention_mask)
             hidden = self.encode(route.sort(input_ids), mask,
                                  None if token_type_ids is None else route.sort(token_type_ids))

@@ -7,6 +7,10 @@ form Punica's SGMV kernel uses for LoRA: the work is what one adapter would cost
 rows, with no per-row weight gathers and no pass of the encoder per adapter. The outputs are
 put back in the caller's row order after the encoder (`Route.unsort`).
 
+An encoder that packs a padded batch's real tokens into one [tokens, d] matrix (`bert.Packing`)
+keeps them row by row, so each segment is a contiguous range of tokens too; given the rows'
+lengths, the route maps its segments onto those ranges wherever a site sees 2-D activations.
+
 `BASE` rows, and rows whose adapter has nothing at a site, keep exactly what the frozen base
 computed there, so they stay bit-identical to the base.
 """
@@ -33,10 +37,13 @@ class Route:
     names: tuple[str, ...]
     segments: tuple[Segment, ...]  # in the sorted order, covering the batch
     order: torch.Tensor            # [batch] long: sorted position -> the caller's row
+    token_segments: tuple[Segment, ...] | None = None  # the same, in packed tokens
 
     @classmethod
-    def of(cls, per_row: list[str | None], device: torch.device | None = None) -> Route:
-        """A route from one adapter name per row (`BASE` or None: the untouched base)."""
+    def of(cls, per_row: list[str | None], device: torch.device | None = None,
+           lengths: list[int] | None = None) -> Route:
+        """A route from one adapter name per row (`BASE` or None: the untouched base);
+        `lengths`, each row's real tokens, for an encoder that packs them."""
         names = tuple(dict.fromkeys(n for n in per_row if n not in (None, BASE)))
         groups: dict[str | None, list[int]] = {None: []}
         groups.update({n: [] for n in names})
@@ -48,7 +55,14 @@ class Route:
                 segments.append((n, start, start + len(rows)))
                 start += len(rows)
         order = [row for rows in groups.values() for row in rows]
-        return cls(names, tuple(segments), torch.tensor(order, dtype=torch.long, device=device))
+        tokens = None
+        if lengths is not None:
+            offsets = [0]
+            for row in order:
+                offsets.append(offsets[-1] + lengths[row])
+            tokens = tuple((n, offsets[s], offsets[e]) for n, s, e in segments)
+        return cls(names, tuple(segments), torch.tensor(order, dtype=torch.long, device=device),
+                   tokens)
 
     def sort(self, t: torch.Tensor) -> torch.Tensor:
         """The caller's batch in routed order."""
@@ -68,8 +82,18 @@ class Route:
     def apply(self, y: torch.Tensor, has: Callable[[str], bool],
               run: Callable[[str, int, int], torch.Tensor]) -> torch.Tensor:
         """`y` with each segment whose adapter `has` something here replaced by `run(name,
-        start, end)`; `y` itself (not a copy) when no segment changes."""
-        if not any(n is not None and has(n) for n, _, _ in self.segments):
+        start, end)`; `y` itself (not a copy) when no segment changes. Segments are rows of a
+        [rows, n, d] `y`, token ranges of a packed [tokens, d] one.
+
+        Raises:
+            ValueError: packed activations, but the route was made without `lengths`.
+        """
+        segments = self.segments
+        if y.dim() == 2:
+            if self.token_segments is None:
+                raise ValueError("packed activations need a route made with the rows' lengths")
+            segments = self.token_segments
+        if not any(n is not None and has(n) for n, _, _ in segments):
             return y
         return torch.cat([run(n, s, e) if n is not None and has(n) else y[s:e]
-                          for n, s, e in self.segments])
+                          for n, s, e in segments])
