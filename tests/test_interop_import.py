@@ -91,3 +91,42 @@ def test_a_pickle_needing_a_full_unpickler_is_refused_naming_the_file(tmp_path):
     first = result.output.splitlines()[0]
     assert first.startswith("error: pytorch_adapter.bin: refused: it needs a full unpickler")
     assert not (tmp_path / "x").exists()
+
+
+def test_import_from_the_hub_downloads_pins_and_matches_the_library(tmp_path, monkeypatch):
+    import huggingface_hub.constants as constants
+    import torch
+    from hub_stub import COMMIT, stub_hub
+
+    from hubcli.local.inference import load_predictor
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    expected = EXPECTED["houlsby_cls_bin"]
+    out = tmp_path / "from-hub"
+    with stub_hub({"AdapterHub/tiny-pf-sst": FIXTURES / "houlsby_cls_bin"}) as endpoint:
+        monkeypatch.setenv("HF_ENDPOINT", endpoint)
+        result = run("import", "hf://AdapterHub/tiny-pf-sst", "--out", out, "--base", BASE)
+        missing = run("import", "hf://AdapterHub/nope", "--out", tmp_path / "x", "--base", BASE)
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["name"] == "tiny-pf-sst"
+    assert manifest["source"]["location"] == f"hf://AdapterHub/tiny-pf-sst@{COMMIT}"
+    assert sorted(p.name for p in out.iterdir()) == ["adapter.safetensors", "manifest.json"]
+    assert not list(tmp_path.glob(".hub-import-*"))  # the download is cleaned up
+    with torch.inference_mode():
+        logits = load_predictor(out).model(*(torch.tensor(expected[k]) for k in
+                                             ("input_ids", "attention_mask", "token_type_ids")))
+    torch.testing.assert_close(logits, torch.tensor(expected["logits"]), atol=1e-4, rtol=0)
+    assert missing.exit_code == 1
+    assert "AdapterHub/nope" in missing.output.splitlines()[0]
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("src, first", [
+    ("hf://just-a-name", "error: hf://just-a-name: expected hf://NS/NAME or hf://NS/NAME@REVISION"),
+    ("./no/such/folder", "error: ./no/such/folder: no such folder"),
+])
+def test_a_source_that_is_neither_is_refused(src, first, tmp_path):
+    result = run("import", src, "--out", tmp_path / "x")
+    assert result.exit_code != 0
+    assert result.output.splitlines()[0] == first

@@ -52,16 +52,17 @@ def export_cmd(adapter, fmt, out, drop_layernorm_deltas, data, as_json, **attach
 
 
 @click.command("import")
-@click.argument("src", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("src")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="output folder")
 @click.option("--base", help="base model folder or Hub id (default: the config's model_name)")
 @click.option("--name", help="adapter name [default: the one it was saved under]")
 @click.option("--json", "as_json", is_flag=True, help="print the manifest as JSON")
 def import_cmd(src, out, base, name, as_json) -> None:
-    """Import an adapter saved by the `adapters` library (AdapterHub) as an adapter folder."""
-    from hubcli.interop.adapters_import import import_adapters_dir
+    """Import an adapter saved by the `adapters` library (AdapterHub) as an adapter folder:
+    SRC is the folder save_adapter wrote, or hf://NS/NAME[@REVISION] on the Hugging Face Hub."""
+    from hubcli.interop.adapters_import import import_adapters
 
-    manifest = import_adapters_dir(src, out, base=base, name=name, notify=notice)
+    manifest = import_adapters(src, out, base=base, name=name, notify=notice)
     if as_json:
         echo_json(manifest)
     else:

@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from hubcli.errors import AdapterError
+from hubcli.errors import AdapterError, UsageError
 from hubcli.format.vocab import DEFAULT_MAX_LENGTH
 from hubcli.interop.adapters_format import (ACTIVATIONS, ADAPTER_CONFIG, ADAPTER_KEY,
                                             ADAPTER_WEIGHTS, HEAD_CONFIG, HEAD_WEIGHTS, HEADS,
@@ -31,10 +31,53 @@ from hubcli.interop.adapters_format import (ACTIVATIONS, ADAPTER_CONFIG, ADAPTER
                                             PLACEMENTS, REQUIRED)
 
 
+HF_SCHEME = "hf://"
+
+
+def import_adapters(src: str, out: Path, *, base: str | None = None, name: str | None = None,
+                    notify: Callable[[str], None] = lambda _m: None) -> dict:
+    """`import_adapters_dir` for a folder, or for `hf://NS/NAME[@REVISION]`: the library's
+    files downloaded from the Hugging Face Hub (HF_ENDPOINT if set) into a temporary folder
+    first (the name defaults to the repository's).
+
+    Raises:
+        UsageError: neither a folder nor an hf:// reference. NotFoundError, AuthError,
+            RegistryError: the download failed. And what `import_adapters_dir` raises.
+    """
+    if not src.startswith(HF_SCHEME):
+        folder = Path(src)
+        if not folder.is_dir():
+            raise UsageError(f"{src}: no such folder",
+                             hint="give the folder save_adapter wrote, or hf://NS/NAME")
+        return import_adapters_dir(folder, out, base=base, name=name, notify=notify)
+    import tempfile
+
+    from hubcli.remote.client import download_snapshot
+    from hubcli.remote.credentials import hf_remote
+
+    repo_id, _, revision = src[len(HF_SCHEME):].partition("@")
+    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise UsageError(f"{src}: expected hf://NS/NAME or hf://NS/NAME@REVISION",
+                         hint="e.g. hf://AdapterHub/bert-base-uncased-pf-sst2")
+    remote = hf_remote(progress=False)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".hub-import-") as tmp:
+        notify(f"downloading {repo_id} from {remote.endpoint}")
+        folder = download_snapshot(remote, repo_id, revision or "main", Path(tmp),
+                                   (ADAPTER_CONFIG, HEAD_CONFIG, *ADAPTER_WEIGHTS, *HEAD_WEIGHTS))
+        # the snapshot folder is named by the commit downloaded: pin it in the manifest
+        return import_adapters_dir(folder, out, base=base, name=name or repo_id.split("/")[1],
+                                   location=f"{HF_SCHEME}{repo_id}@{folder.name}",
+                                   notify=notify)
+
+
 def import_adapters_dir(src: Path, out: Path, *, base: str | None = None, name: str | None = None,
+                        location: str | None = None,
                         notify: Callable[[str], None] = lambda _m: None) -> dict:
     """Write our adapter folder `out` from the `adapters`-library folder `src`; returns the
-    manifest. The base is `base`, else the config's `model_name`.
+    manifest. The base is `base`, else the config's `model_name`; `location` is what the
+    manifest says was imported (default: the folder's name).
 
     Raises:
         AdapterError: a missing or unreadable file, a pickle that needs a full unpickler, a
@@ -56,24 +99,25 @@ def import_adapters_dir(src: Path, out: Path, *, base: str | None = None, name: 
     tensors = {**adapter_tensors(read_library_weights(src, ADAPTER_WEIGHTS), scaling),
                **head_tensors(read_library_weights(src, HEAD_WEIGHTS), head.type)}
     name = name or doc.get("name") or src.name
+    location = location or src.name
     model = AdapterModel(loaded.encoder)
     model.add_adapter(name, config, head)
     model.load_adapter_state(name, tensors)  # checks names and shapes against the base
     counts = model.parameter_counts(name)
     manifest = {
         "schema_version": 1, "name": name, "version": "0.1.0",
-        "description": f"imported from {src.name} ({LIBRARY} {_library_version(doc)})",
+        "description": f"imported from {location} ({LIBRARY} {_library_version(doc)})",
         "task": task, "head": head.to_manifest(), "base_model": loaded.info.to_manifest(),
         "architecture": config.to_manifest(num_layers),
         "parameters": {**counts, "share": round(counts["trainable"] / counts["base"], 6)},
         "training": {"max_length": DEFAULT_MAX_LENGTH}, "metrics": {"validation": []},
         "files": [], "created": now_iso(), "framework": framework_versions(),
         "source": {"library": LIBRARY, "version": _library_version(doc), "config": doc,
-                   "head_config": head_doc},
+                   "head_config": head_doc, "location": location},
     }
     manifest = write_adapter_dir(Path(out), manifest, model.adapter_state_dict(name))
     record_trained(Path(out))  # made here from weights read without a full unpickler
-    notify(f"imported {src} ({config.method}, {task}) on base {loaded.info.name}")
+    notify(f"imported {location} ({config.method}, {task}) on base {loaded.info.name}")
     return manifest
 
 

@@ -213,16 +213,18 @@ def _require_same_files(api, repo_id: str, version: str, directory: Path,
 
 # --- pull --------------------------------------------------------------------------------
 
-def download_snapshot(remote: Remote, repo_id: str, revision: str, cache_dir: Path) -> Path:
-    """Download the bundle files of `repo_id` at `revision` into the Hugging Face cache layout
-    under `cache_dir`; returns the snapshot folder (its files are links into blobs/).
+def download_snapshot(remote: Remote, repo_id: str, revision: str, cache_dir: Path,
+                      files: tuple[str, ...] = tuple(ALLOWED_FILES)) -> Path:
+    """Download `files` (default: the bundle files) of `repo_id` at `revision`, those it has,
+    into the Hugging Face cache layout under `cache_dir`; returns the snapshot folder (its
+    files are links into blobs/).
 
     Raises:
         NotFoundError: no such repository or revision. AuthError, RegistryError.
     """
     with client(remote) as api, translated(remote, repo_id=repo_id, revision=revision):
         return Path(api.snapshot_download(repo_id, revision=revision, cache_dir=str(cache_dir),
-                                          allow_patterns=list(ALLOWED_FILES)))
+                                          allow_patterns=list(files)))
 
 
 # --- native API (our registry only) --------------------------------------------------------
