@@ -1,7 +1,8 @@
 """`hub export --format adapters`: our Houlsby adapter as a folder the `adapters` library loads.
 An imported adapter exports back to the library's own tensors; the library itself (when its
-venv is there: ADAPTERS_VENV, default /tmp/anchor-venv) computes our logits from the export;
-LayerNorm deltas are refused unless dropped, and dropping them reports the measured change."""
+venv is there: ADAPTERS_VENV, which .ci/run makes, else /tmp/anchor-venv) computes our logits
+from the export; LayerNorm deltas are refused unless dropped, and dropping them reports the
+measured change."""
 
 from __future__ import annotations
 
