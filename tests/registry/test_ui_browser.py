@@ -124,21 +124,32 @@ def test_sign_in_create_and_revoke_a_token(page):
     page.get_by_label("Name", exact=True).fill("browser")
     page.get_by_label("write").check()
     page.get_by_role("button", name="Create token").click()
+    page.wait_for_url(re.compile(r"/settings#tokens$"))
     secret = page.locator(".new-token code").inner_text()
     assert secret.startswith("hubr_") and "shown only this once" in page.content()
     page.set_viewport_size(PHONE)
     assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
     page.set_viewport_size(DESKTOP)
-    page.goto("/settings")
+    page.reload()  # creates nothing and no longer shows the secret
     assert secret not in page.content()
+    assert page.locator("#tokens tbody tr", has_text="browser").count() == 1
     row = page.locator("tr", has_text="browser")
-    row.get_by_role("button", name="Revoke token browser").click()
+    row.locator("summary[aria-label='Revoke token browser…']").click()  # unfolds, posts nothing
+    assert page.locator("#tokens tbody tr", has_text="browser").count() == 1
+    row.get_by_role("button", name="Yes, revoke browser").click()
     expect_text(page, ".flashes", "Token 'browser' is revoked.")
-    expect_text(page, "tr:has-text('browser')", "revoked")
+    assert page.locator("#tokens tbody tr", has_text="browser").count() == 0
+    page.get_by_text("Revoked tokens").click()
+    expect_text(page, ".revoked-tokens", "browser")
     # Keys are added with `hub keys upload` (proof of the private key), not by a web form.
     expect_text(page, "#keys", "hub keys upload signs a one-time challenge")
     assert page.locator("#keys textarea").count() == 0
-    assert page.locator("#keys tbody tr").count() == 1
+    assert page.locator("#keys .key-list li").count() == 1
+    page.set_viewport_size(PHONE)
+    page.locator("summary[aria-label='Remove key alice laptop…']").click()
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    assert page.get_by_role("button", name="Yes, remove alice laptop").is_visible()
+    page.set_viewport_size(DESKTOP)
     page.get_by_role("button", name="Sign out").click()
     expect_text(page, ".flashes", "You are signed out.")
 
