@@ -9,6 +9,7 @@ rows), so the listing indexes of migration 0002 answer counts and pages on their
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, Select, and_, func, select
@@ -93,7 +94,7 @@ def search(session: Session, viewer: User | None, query: UiQuery) -> Page[Adapte
     latest = selectinload(Adapter.latest).options(
         lazyload(Version.files),
         load_only(Version.version, Version.created_at, Version.signer_key_id,
-                  Version.pushed_by_id))
+                  Version.pushed_by_id, Version.manifest))
     items = session.scalars(
         select(Adapter).where(*conditions).order_by(*order)
         .limit(query.per_page).offset((query.page - 1) * query.per_page)
@@ -137,9 +138,20 @@ class SummaryCache:
         return self._value
 
 
+def signatures(session: Session, versions: Iterable[Version | None]) -> dict[int, Signature]:
+    """Who stands behind each version's signature (by version id): the account its key is
+    registered to (the key's holder proved possession), and who pushed it. Two queries for a
+    whole page of results."""
+    shown = [v for v in versions if v is not None]
+    owners = accounts.key_owners(session, [v.signer_key_id for v in shown])
+    pusher_ids = {v.pushed_by_id for v in shown if v.pushed_by_id is not None}
+    pushers = dict(session.execute(
+        select(User.id, Namespace.name).join(Namespace, User.namespace_id == Namespace.id)
+        .where(User.id.in_(pusher_ids))).tuples().all()) if pusher_ids else {}
+    return {v.id: Signature(v.signer_key_id, owners.get(v.signer_key_id),
+                            pushers.get(v.pushed_by_id)) for v in shown}
+
+
 def signature(session: Session, version: Version) -> Signature:
-    """Who stands behind a version's signature: the account its key is registered to (the
-    key's holder proved possession), whoever pushed it."""
-    owner = accounts.key_owners(session, [version.signer_key_id]).get(version.signer_key_id)
-    return Signature(version.signer_key_id, owner,
-                     version.pushed_by.name if version.pushed_by else None)
+    """`signatures` of one version."""
+    return signatures(session, [version])[version.id]

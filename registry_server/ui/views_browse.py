@@ -47,6 +47,11 @@ def parse_query(args: MultiDict) -> queries.UiQuery:
         per_page=PER_PAGE)
 
 
+def _signatures(*pages: queries.Page) -> dict[int, queries.Signature]:
+    """The signature badge of every listed adapter's latest version, by version id."""
+    return queries.signatures(db.session, (a.latest for p in pages for a in p.items))
+
+
 def _summary() -> queries.Summary:
     return current_app.extensions[SUMMARY].get(db.session)
 
@@ -54,18 +59,19 @@ def _summary() -> queries.Summary:
 @bp.get("/")
 def home():
     session, user = db.session, viewer()
-    return render_template(
-        "ui/home.html", summary=_summary(),
-        recent=queries.search(session, user, queries.UiQuery(sort="recent", per_page=HOME_LIST)),
-        popular=queries.search(session, user, queries.UiQuery(per_page=HOME_LIST)))
+    recent = queries.search(session, user, queries.UiQuery(sort="recent", per_page=HOME_LIST))
+    popular = queries.search(session, user, queries.UiQuery(per_page=HOME_LIST))
+    return render_template("ui/home.html", summary=_summary(), recent=recent, popular=popular,
+                           signatures=_signatures(recent, popular))
 
 
 @bp.get("/search")
 def search():
     session, user = db.session, viewer()
     query = parse_query(request.args)
+    results = queries.search(session, user, query)
     return render_template(
-        "ui/search.html", query=query, results=queries.search(session, user, query),
+        "ui/search.html", query=query, results=results, signatures=_signatures(results),
         tasks=TASKS, head_types=HEAD_TYPES, summary=_summary(), sorts=queries.UI_SORTS)
 
 
@@ -79,5 +85,6 @@ def namespace(namespace: str):
         related = [u.name for u in accounts.org_members(session, owner)]
     else:
         related = [o.name for o in accounts.user_orgs(session, owner.user)]
+    results = queries.search(session, user, query)
     return render_template("ui/namespace.html", owner=owner, related=sorted(related),
-                           results=queries.search(session, user, query))
+                           results=results, signatures=_signatures(results))

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import new_signing_key, start_registry
-from ui_seed import PASSWORD, seed
+from conftest import new_signing_key, signed_bundle, start_registry
+from ui_seed import PASSWORD, publish, seed
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = [pytest.mark.browser,
@@ -31,7 +31,13 @@ def server(tmp_path_factory):
                                          "DATABASE_URL": f"sqlite:///{root / 'registry.db'}",
                                          "SECRET_KEY": "test-secret"})
         keys = root / "keys"
-        seed(registry.app, root / "bundles", new_signing_key(keys), new_signing_key(keys))
+        bob_key = new_signing_key(keys)
+        seed(registry.app, root / "bundles", new_signing_key(keys), bob_key)
+        # An adapter that learnt nothing: F1 0 at every epoch.
+        flat = [{"epoch": e, "loss": 0.69, "accuracy": 0.5, "f1": 0.0} for e in (1, 2, 3)]
+        publish(registry.app, "bob", signed_bundle(
+            root / "bundles" / "coin", bob_key, name="coin-flip", description="Spam or ham.",
+            metrics={"validation": flat, "best": {"accuracy": 0.5, "f1": 0.0}, "primary": "f1"}))
     yield registry
     stop()
 
@@ -64,7 +70,8 @@ def test_search_filter_and_live_search(page):
     page.get_by_role("searchbox", name="Search adapters").fill("sent")
     page.keyboard.press("Enter")
     page.wait_for_url(re.compile(r"/search\?q=sent$"))
-    assert result_names(page) == ["alice/sst2-sentiment", "bob/evil-card"]
+    # coin-flip's generated card says "sentence classification".
+    assert result_names(page) == ["alice/sst2-sentiment", "bob/coin-flip", "bob/evil-card"]
     page.locator("#results").get_by_role("link", name="english").first.click()
     page.wait_for_url(re.compile(r"tag=english"))
     assert result_names(page) == ["alice/sst2-sentiment"]
@@ -100,17 +107,70 @@ def test_adapter_page(page, tmp_path):
     curves = page.locator("svg.chart:not(.heatmap)")
     assert curves.count() == 2 and curves.first.is_visible()
     assert page.locator("svg.heatmap rect.heat").count() == 3  # the recorded layer ablation
-    page.get_by_role("button", name="Copy Pull command").click()
-    assert page.evaluate("navigator.clipboard.readText()") == "hub pull alice/sst2-sentiment@1.1.0"
+    header = page.locator(".adapter-header .trust")
+    assert header.get_by_text("signed by alice").is_visible()
+    assert header.get_by_text("accuracy 0.86").is_visible()
+    page.get_by_role("button", name="Copy Pull and predict commands").click()
+    assert page.evaluate("navigator.clipboard.readText()") == (
+        "hub pull alice/sst2-sentiment@1.1.0   # checks the signature and every digest\n"
+        'hub predict alice/sst2-sentiment@1.1.0 "a gripping, beautifully acted film"')
+    page.get_by_role("button", name="Copy huggingface_hub snippet").click()
+    assert f'os.environ["HF_ENDPOINT"] = "{page.url.rsplit("/", 2)[0]}"' in page.evaluate(
+        "navigator.clipboard.readText()")
     shot = tmp_path / "adapter-desktop.png"
     page.screenshot(path=str(shot), full_page=True)
     page.set_viewport_size(PHONE)
     # Nothing is wider than a phone screen (wide tables scroll inside their own box).
     assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    # On a phone the metrics and the model card come before the long facts column.
+    tops = page.evaluate("""['#metrics-h', '#card-h', '#use-h', '#base-h'].map(
+        s => document.querySelector(s).getBoundingClientRect().top)""")
+    assert tops == sorted(tops)
     phone = tmp_path / "adapter-phone.png"
     page.screenshot(path=str(phone), full_page=True)
     print(f"\nadapter page screenshots: {shot} {phone}")
     assert shot.stat().st_size > 10_000 and phone.stat().st_size > 10_000
+
+
+def test_degenerate_metrics_are_flagged_on_cards_and_the_page(page):
+    page.goto("/search?q=coin")
+    card = page.locator("#results .adapter-item")
+    assert card.count() == 1
+    assert card.get_by_text("degenerate metrics").is_visible()
+    assert card.get_by_text("f1 0", exact=True).is_visible()
+    assert card.get_by_text("signed by bob").is_visible()
+    page.goto("/bob/coin-flip")
+    warning = page.locator(".metric-warning")
+    assert warning.is_visible() and "F1 is 0: the model finds no correct positive" in warning.inner_text()
+    # The all-zero f1 series lies on the bottom of the axis, which does not go below 0.
+    ticks = page.locator("svg.chart").nth(1).locator("text.tick").all_text_contents()
+    assert ticks[0] == "0" and not any(t.startswith("-") for t in ticks)
+    assert page.locator("figcaption", has_text="validation loss").count() == 1
+
+
+PAGES = ["/", "/search", "/search?q=sent", "/alice", "/acme", "/alice/sst2-sentiment",
+         "/alice/sst2-sentiment/versions/0.9.0", "/alice/conll-ner", "/bob/evil-card",
+         "/bob/coin-flip", "/login", "/login/password", "/logout", "/nobody/nothing"]
+
+
+def test_no_page_scrolls_sideways_on_a_phone(browser, server):
+    context = browser.new_context(viewport=PHONE, base_url=server.url)
+    page = context.new_page()
+
+    def check(urls: list[str]) -> None:
+        for url in urls:
+            page.goto(url)
+            width = page.evaluate("document.documentElement.scrollWidth")
+            assert width <= PHONE["width"], f"{url} is {width} px wide on a phone"
+
+    check(PAGES)
+    page.goto("/login")
+    page.get_by_label("User name").fill("alice")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(re.compile(r"/$"))
+    check(["/settings", "/acme", "/acme/secret-adapter"])
+    context.close()
 
 
 def test_sign_in_create_and_revoke_a_token(page):
@@ -167,7 +227,8 @@ def test_keyboard_and_no_javascript(browser, server):
     page.goto("/alice/conll-ner")
     # Without JavaScript there is no copy button, but the command is there to select.
     assert page.locator(".copy-button").count() == 0
-    assert page.locator("[data-copy]").inner_text() == "hub pull alice/conll-ner@1.0.0"
+    assert page.locator("[data-copy]").first.inner_text().startswith(
+        "hub pull alice/conll-ner@1.0.0")
     assert page.locator("ol.labels li").all_inner_texts() == ["O", "B-PER", "I-PER", "B-LOC",
                                                              "I-LOC"]
     context.close()

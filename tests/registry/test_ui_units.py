@@ -23,6 +23,20 @@ def test_nice_ticks_cover_the_range_with_round_steps():
     assert chart.nice_ticks(0.7, 0.85) == [0.7, 0.75, 0.8, 0.85]
     assert chart.nice_ticks(0.0123, 2.7) == [0.0, 1.0, 2.0, 3.0]
     assert chart.nice_ticks(0.5, 0.5) == [0.45, 0.5, 0.55]  # a single value gets padded
+    # An all-zero series (an F1 of 0 every epoch) reads 0 to 1, never -0.5 to 0.5.
+    assert chart.nice_ticks(0.0, 0.0) == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert chart.nice_ticks(0.01, 0.01)[0] >= 0
+
+
+def test_chart_legend_names_validation_loss_and_overlapping_series():
+    panel = chart.Panel("Scores", {"accuracy": [(1, 0.5), (2, 0.7)],
+                                   "f1": [(1, 0.5), (2, 0.7)], "mcc": [(1, 0.1), (2, 0.3)]})
+    assert panel.twins == {"f1": "accuracy"}  # drawn exactly over accuracy: the legend says so
+    assert [c for _, c in panel.legend] == ["series-0", "series-1", "series-2"]  # own dashes
+    assert chart.label("loss") == "validation loss" and chart.label("train_loss") == "train loss"
+    svg = str(chart.render(chart.Panel("Loss", {"loss": [(1, 0.4)], "train_loss": [(1, 0.5)]}),
+                           "l"))
+    assert "validation loss, train loss for epochs 1 to 1</desc>" in svg
 
 
 def test_panels_split_losses_from_scores_and_skip_bad_values():
@@ -56,6 +70,20 @@ def test_ablation_heatmap_shades_each_span_and_skips_what_it_cannot_draw():
     assert chart.ablation({"ablation": {"spans": [[None]]}}) is None
 
 
+def test_card_sections_shown_elsewhere_are_dropped_and_tables_scroll():
+    from registry_server.ui.markdown import SHOWN_ELSEWHERE
+
+    card = ("# sst2\n\nWhat it does.\n\n## Model details\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n"
+            "## Training\n\n```\n## kept: inside a code block\n```\n\n| c |\n|---|\n| 3 |\n\n"
+            "## How to use\n\n```bash\nhub pull NAMESPACE/sst2\n```\n")
+    html = str(render_card(card, SHOWN_ELSEWHERE))
+    assert "Model details" not in html and "NAMESPACE" not in html and "<td>1</td>" not in html
+    assert "<h3>Training</h3>" in html and "## kept: inside a code block" in html
+    assert ('<div class="table-scroll" tabindex="0" role="region" aria-label="Table from the '
+            'model card"><table>') in html and '<pre tabindex="0">' in html
+    assert "How to use" in str(render_card(card))  # nothing is dropped unless asked
+
+
 def test_markdown_drops_front_matter_html_and_unsafe_links():
     card = "---\nlicense: mit\n---\n# Title\n\n<b>raw</b> [x](javascript:alert(1)) [ok](https://e.org)"
     html = str(render_card(card))
@@ -78,8 +106,35 @@ def test_present_formats_values():
     manifest["parameters"] = {"trainable": 2610, "base": 1_000_000, "share": 0.00261}
     rows = dict(present.architecture_rows(manifest))
     assert rows["Layers"] == "all 2" and rows["Trainable parameters"] == "2,610 (0.26% of the base)"
-    assert present.best_metrics(manifest) == [("accuracy", "0.85"), ("loss", "0.4")]
-    assert present.best_metrics({}) == []  # a manifest without metrics still renders
+    # The per-epoch "loss" is the validation loss; the training loss is never a tile.
+    assert present.best_metrics(manifest) == [("accuracy", "0.85"), ("validation loss", "0.4")]
+    assert present.primary_metric(manifest) == ("accuracy", "0.85")
+    assert present.best_metrics({}) == [] and present.primary_metric({}) is None
+    manifest["metrics"]["best"] = {"accuracy": 0.5, "train_loss": 0.1}
+    assert present.best_metrics(manifest) == [("accuracy", "0.5")]
+    assert present.plural(1, "download") == "1 download"
+    assert present.plural(1234, "download") == "1,234 downloads"
+    assert present.license_of({"license": "mit"}, "") == "mit"
+    assert present.license_of({}, "---\nlicense: 'apache-2.0'\n---\n# x") == "apache-2.0"
+    assert present.license_of({}, "# no front matter\nlicense: mit") is None
+
+
+@pytest.mark.parametrize("best, analysis, expected", [
+    ({"f1": 0.0, "accuracy": 0.9}, None, ["f1 is 0"]),
+    ({"macro_f1": 0.0, "precision": 0.0}, None, ["macro f1, precision are 0"]),
+    ({"accuracy": 0.51}, {"ablation": {"majority": 0.51}}, ["no better than always answering"]),
+    ({"accuracy": 0.86, "f1": 0.85}, {"ablation": {"majority": 0.51}}, []),
+    ({"accuracy": 0.51}, None, []),  # the majority rate is unknown: no guess
+    ({"loss": 0.0, "train_loss": 0.0}, None, []),  # a zero loss is no F1
+])
+def test_degenerate_metrics_are_flagged(best, analysis, expected):
+    manifest = default_manifest()
+    manifest["metrics"]["best"] = best
+    if analysis:
+        manifest["analysis"] = analysis
+    warnings = present.metric_warnings(manifest)
+    assert len(warnings) == len(expected)
+    assert all(part in w for part, w in zip(expected, warnings))
 
 
 @pytest.mark.parametrize("kind", DATABASES)
