@@ -1,5 +1,6 @@
 """The reads the web UI needs beyond the service layer: full-text search with the UI's extra
-filter (signed by a still-registered key), home page counts, facets, and signature status.
+filter (signed by a still-registered key), owner names and relevance ranking ("best match"),
+home page counts, facets, and signature status.
 
 Visibility is the service layer's rule (`search.visible`); full-text matching is
 `textsearch.matches`. Queries are plain WHERE clauses over `adapters` (no subquery of whole
@@ -12,7 +13,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Select, and_, func, select
+from sqlalchemy import ColumnElement, Select, and_, case, func, or_, select
 from sqlalchemy.orm import Session, lazyload, load_only, selectinload
 
 from registry_server.models import Adapter, AdapterTag, Namespace, PublicKey, User, Version
@@ -20,7 +21,9 @@ from registry_server.services.search import Page, SearchQuery, visible
 from registry_server.services import accounts, textsearch
 from registry_server.services.sqlplan import unindexed
 
-UI_SORTS = ("downloads", "recent")
+# "best": relevance to the query's words (see `_relevance`), most downloaded first among
+# equals and when there is no query.
+UI_SORTS = ("best", "downloads", "recent")
 
 
 @dataclass(frozen=True)
@@ -69,34 +72,74 @@ def _conditions(session: Session, viewer: User | None,
                 query: UiQuery) -> list[ColumnElement[bool]]:
     conditions = _listed(session, viewer)
     for column, value in ((Adapter.task, query.task), (Adapter.head_type, query.head_type),
-                          (Adapter.base_model_name, query.base_model),
                           (Adapter.base_model_hash, query.base_hash)):
         if value:
             conditions.append(unindexed(session, column) == value)
+    if query.base_model:
+        # As `hub search --base`: any case, any part of the name ("MiniLM" finds the packaged base).
+        conditions.append(func.lower(unindexed(session, Adapter.base_model_name))
+                          .contains(query.base_model.lower(), autoescape=True))
     if query.namespace:
         conditions.append(Adapter.namespace.has(Namespace.name == query.namespace))
     conditions += [Adapter.tags.any(AdapterTag.tag == tag) for tag in query.tags]
-    text_match = textsearch.matches(session, query.text)
-    if text_match is not None:
-        conditions.append(text_match)
+    conditions += [or_(textsearch.matches(session, word), _owner_matches(word))
+                   for word in textsearch.words(query.text)]
     if query.signed_only:
         conditions.append(Adapter.latest_version_id.in_(_signed_by_registered_key()))
     return conditions
 
 
+def _owner_matches(word: str) -> ColumnElement[bool]:
+    """The adapter's user or organisation name starts with `word` (any case)."""
+    owners = select(Namespace.id).where(func.lower(Namespace.name).startswith(word,
+                                                                               autoescape=True))
+    return Adapter.namespace_id.in_(owners)
+
+
+def _relevance(words: list[str]) -> ColumnElement[int]:
+    """How well an adapter matching every word fits them: a word starting a word of its name
+    counts most, then its owner's name, then its description; the model card (whose generated
+    boilerplate mentions every task's words) adds nothing, so it only decides which adapters
+    match. The whole name typed as the query ("sst2 sentiment") comes first. Needs the
+    adapter's namespace joined (`search` does)."""
+    name = func.lower(Adapter.name)
+    for mark in "-_.":
+        name = func.replace(name, mark, " ")
+    owner, description = func.lower(Namespace.name), func.lower(Adapter.description)
+    score: ColumnElement[int] = case((name == " ".join(words), 10), else_=0)
+    for word in words:
+        score = score + case((_starts_a_word(name, word), 4), else_=0) \
+            + case((owner.startswith(word, autoescape=True), 3), else_=0) \
+            + case((_starts_a_word(description, word), 2), else_=0)
+    return score
+
+
+def _starts_a_word(text: ColumnElement[str], word: str) -> ColumnElement[bool]:
+    return or_(text.startswith(word, autoescape=True),
+               text.contains(" " + word, autoescape=True))
+
+
+def _order(query: UiQuery) -> tuple:
+    if query.sort == "recent":
+        return Adapter.updated_at.desc(), Adapter.id.desc()
+    words = textsearch.words(query.text)
+    if query.sort == "best" and words:
+        return _relevance(words).desc(), Adapter.downloads.desc(), Adapter.id.desc()
+    return Adapter.downloads.desc(), Adapter.id.desc()
+
+
 def search(session: Session, viewer: User | None, query: UiQuery) -> Page[Adapter]:
-    """Adapters matching every filter of `query`, one page, sorted by downloads or recency;
-    each with its tags and latest version loaded (not the version's files)."""
+    """Adapters matching every filter of `query`, one page, sorted by relevance, downloads or
+    recency; each with its tags and latest version loaded (not the version's files)."""
     conditions = _conditions(session, viewer, query)
     total = session.scalar(select(func.count(Adapter.id)).where(*conditions)) or 0
-    order = ((Adapter.updated_at.desc(), Adapter.id.desc()) if query.sort == "recent"
-             else (Adapter.downloads.desc(), Adapter.id.desc()))
     latest = selectinload(Adapter.latest).options(
         lazyload(Version.files),
         load_only(Version.version, Version.created_at, Version.signer_key_id,
                   Version.pushed_by_id, Version.manifest))
     items = session.scalars(
-        select(Adapter).where(*conditions).order_by(*order)
+        select(Adapter).join(Namespace, Namespace.id == Adapter.namespace_id)
+        .where(*conditions).order_by(*_order(query))
         .limit(query.per_page).offset((query.page - 1) * query.per_page)
         .options(selectinload(Adapter.tags), latest)).unique().all()
     return Page(list(items), total, query.page, query.per_page)

@@ -31,19 +31,19 @@ def _page_arg(raw: str | None) -> int:
 
 def parse_query(args: MultiDict) -> queries.UiQuery:
     """The search a URL describes. Lenient, as befits a browser: an unknown sort falls back to
-    downloads, a bad page number to 1; `tag` may repeat or hold comma-separated tags; a bare
+    best match, a bad page number to 1; `tag` may repeat or hold comma-separated tags; a bare
     64-hex base hash gets its "sha256:" prefix."""
     tags = tuple(dict.fromkeys(t for raw in args.getlist("tag")
                                for t in re.split(r"[,\s]+", raw.strip()) if t))
     base_hash = args.get("base_hash", "").strip().lower()
     if HEX64.match(base_hash):
         base_hash = "sha256:" + base_hash
-    sort = args.get("sort", "downloads")
+    sort = args.get("sort", "best")
     return queries.UiQuery(
         text=args.get("q", "").strip(), task=args.get("task") or None,
         head_type=args.get("head_type") or None, base_model=args.get("base_model") or None,
         base_hash=base_hash or None, tags=tags, signed_only=args.get("signed") == "1",
-        sort=sort if sort in queries.UI_SORTS else "downloads", page=_page_arg(args.get("page")),
+        sort=sort if sort in queries.UI_SORTS else "best", page=_page_arg(args.get("page")),
         per_page=PER_PAGE)
 
 

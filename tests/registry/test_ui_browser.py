@@ -70,17 +70,22 @@ def test_search_filter_and_live_search(page):
     page.get_by_role("searchbox", name="Search adapters").fill("sent")
     page.keyboard.press("Enter")
     page.wait_for_url(re.compile(r"/search\?q=sent$"))
-    # coin-flip's generated card says "sentence classification".
+    # Best match: the name first, then the two whose tag matches (the newer first).
     assert result_names(page) == ["alice/sst2-sentiment", "bob/coin-flip", "bob/evil-card"]
     page.locator("#results").get_by_role("link", name="english").first.click()
     page.wait_for_url(re.compile(r"tag=english"))
     assert result_names(page) == ["alice/sst2-sentiment"]
     # Live search: typing updates the results and the URL without submitting the form.
     page.goto("/search")
+    # The results heading stays one live region (a screen reader announces the new count).
+    page.evaluate("document.getElementById('results-h').dataset.marker = 'kept'")
     page.locator("#q").press_sequentially("conll", delay=20)
     page.wait_for_url(re.compile(r"/search\?q=conll"))
     page.wait_for_function("document.querySelectorAll('#results .adapter-item').length === 1")
     assert result_names(page) == ["alice/conll-ner"]
+    heading = page.locator("#results-h")
+    assert heading.get_attribute("data-marker") == "kept" and heading.get_attribute("aria-live")
+    expect_text(page, "#results-h", "1 adapter matching “conll”")
     page.select_option("#task", "classification")
     page.wait_for_url(re.compile(r"task=classification"))
     expect_text(page, "#results-h", "0 adapters")

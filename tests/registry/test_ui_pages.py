@@ -48,6 +48,7 @@ def test_home_shows_counts_and_both_lists(client):
     ("bold", [("bob", "evil-card")]),  # model card body only
     ("sent", [("alice", "sst2-sentiment"), ("bob", "evil-card")]),  # word prefix (tag)
     ("internal", []),  # only in the private adapter of acme
+    ("bob", [("bob", "evil-card")]),  # an owner's name
     ('"unbalanced AND (', []),  # FTS syntax in user input is inert
 ])
 def test_search_text(client, query, expected):
@@ -56,10 +57,17 @@ def test_search_text(client, query, expected):
     assert names(text(r)) == expected
 
 
+def test_search_words_may_name_the_owner_and_the_adapter(client):
+    # conll-ner's card mentions its sst2_train.tsv too, but the name decides the order.
+    found = names(text(client.get("/search?q=alice+sst2")))
+    assert found == [("alice", "sst2-sentiment"), ("alice", "conll-ner")]
+
+
 @pytest.mark.parametrize("args, expected", [
     ({"task": "tagging"}, ["conll-ner"]),
     ({"head_type": "sequence_classification"}, ["sst2-sentiment", "evil-card"]),
     ({"base_model": "bert-base-cased"}, ["conll-ner"]),
+    ({"base_model": "BASE-Cased"}, ["conll-ner"]),  # any case, any part (as hub search --base)
     ({"base_hash": "ef" * 32}, ["conll-ner"]),  # bare hex gets its sha256: prefix
     ({"base_hash": "sha256:" + "ab" * 32}, ["sst2-sentiment", "evil-card"]),
     ({"tag": "english"}, ["sst2-sentiment"]),

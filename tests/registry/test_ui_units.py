@@ -4,9 +4,10 @@ the full-text index staying in step with pushes (SQLite triggers, PostgreSQL exp
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 from conftest import new_signing_key
 from factories import default_manifest
@@ -161,4 +162,47 @@ def test_search_index_follows_new_versions(kind, tmp_path, monkeypatch):
             triggers = conn.execute(text("SELECT name FROM sqlite_master WHERE type='trigger'"))
             assert {"adapters_fts_insert", "adapters_fts_update",
                     "adapters_fts_delete"} <= {name for (name,) in triggers}
+    next(apps, None)
+
+
+@pytest.mark.parametrize("kind", DATABASES)
+def test_best_match_ranks_names_above_card_boilerplate(kind, tmp_path, monkeypatch):
+    """12 popular adapters whose model cards mention "sentiment" (as generated cards mention
+    their task) and one unpopular adapter named for it: the query puts the named one first;
+    an owner's name finds the owner's adapters."""
+    from registry_server.models import Adapter
+
+    monkeypatch.setenv("HUB_HOME", str(tmp_path / "hub_home"))
+    apps = make_app(kind, tmp_path)
+    app = next(apps)
+    key = new_signing_key(tmp_path / "keys")
+    with db.session_scope(app) as session:
+        accounts.add_public_key(session, accounts.create_user(session, "alice"), key.public_pem)
+        accounts.create_user(session, "zoe")
+    publish(app, "alice", signed_bundle(tmp_path / "b", key, name="seed"))
+    with db.session_scope(app) as session:
+        latest = session.scalar(select(Adapter)).latest_version_id
+        ids = {name: accounts.get_namespace(session, name).id for name in ("alice", "zoe")}
+        rows = [("alice", f"model-{i}", "A text classifier.", 100 + i) for i in range(12)]
+        rows += [("alice", "tweet-sentiment", "Polarity of tweets.", 0),
+                 ("zoe", "reviews", "Sentiment of product reviews.", 1)]
+        for owner, name, description, downloads in rows:
+            session.add(Adapter(namespace_id=ids[owner], name=name, description=description,
+                                downloads=downloads, latest_version_id=latest,
+                                search_text=f"{name}\n{description}\n\n"
+                                            "## how to use\nany sentiment or topic task".lower()))
+        session.commit()
+    client = app.test_client()
+
+    def ranked(query: str) -> list[str]:
+        html = client.get("/search", query_string={"q": query}).get_data(as_text=True)
+        return re.findall(r'<span class="ns">([^<]+)/</span>([^<]+)</a>', html)
+
+    by_relevance = ranked("sentiment")
+    assert by_relevance[:2] == [("alice", "tweet-sentiment"), ("zoe", "reviews")]
+    assert len(by_relevance) == 15  # every card matches (seed's generated one too)
+    by_downloads = client.get("/search?q=sentiment&sort=downloads").get_data(as_text=True)
+    assert "model-11" in by_downloads.split("tweet-sentiment")[0]
+    assert ranked("zoe") == [("zoe", "reviews")]  # an owner's name
+    assert ranked("tweet sentiment")[0] == ("alice", "tweet-sentiment")
     next(apps, None)

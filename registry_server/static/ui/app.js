@@ -22,6 +22,20 @@ function addCopyButtons() {
   });
 }
 
+// The results heading stays the same element, a live region whose text changes, so screen
+// readers announce the new count (a freshly inserted region is not announced).
+function swapResults(fresh) {
+  var results = document.getElementById("results");
+  var heading = document.getElementById("results-h");
+  heading.textContent = fresh.querySelector("#results-h").textContent;
+  Array.from(results.children).forEach(function (child) {
+    if (child !== heading) child.remove();
+  });
+  Array.from(fresh.children).forEach(function (child) {
+    if (child.id !== "results-h") results.appendChild(document.adoptNode(child));
+  });
+}
+
 function liveSearch() {
   var form = document.getElementById("search-form");
   if (!form || !window.fetch || !window.DOMParser) return;
@@ -41,7 +55,7 @@ function liveSearch() {
         var doc = new DOMParser().parseFromString(html, "text/html");
         var fresh = doc.getElementById("results");
         if (!fresh) return;
-        document.getElementById("results").replaceWith(fresh);
+        swapResults(fresh);
         document.title = doc.title;
         history.replaceState(null, "", url);
       })
