@@ -1,9 +1,10 @@
 """The adapter page: one version (the latest, or one named in the URL) with its rendered model
-card, manifest at a glance, training curve, files, signature and every version."""
+card, manifest at a glance, training curve, files, signature and every version; and its "Try
+it" form, answered by a `hub serve` instance (`tryit`)."""
 
 from __future__ import annotations
 
-from flask import render_template
+from flask import abort, current_app, render_template, request
 
 from registry_server.db import db
 from registry_server.errors import RepoNotFound
@@ -11,7 +12,7 @@ from registry_server.httputil import public_url
 from registry_server.models import Adapter, Version
 from registry_server.services import repos
 from registry_server.services import versions as version_service
-from registry_server.ui import chart, present, queries
+from registry_server.ui import chart, present, queries, tryit
 from registry_server.ui.blueprint import bp
 from registry_server.ui.markdown import SHOWN_ELSEWHERE, render_card
 from registry_server.ui.signin import viewer
@@ -43,7 +44,25 @@ def adapter_version(namespace: str, name: str, version: str):
     return _render(found, repos.live_versions(db.session, found), shown)
 
 
-def _render(adapter: Adapter, versions: list[Version], shown: Version | None):
+@bp.post("/<namespace>/<name>/try")
+def try_it(namespace: str, name: str):
+    """The "Try it" form: the adapter page again, with what the inference server answered for
+    the posted text (a POST: a crawler following links never runs the model).
+
+    Raises: NotFound (404): no inference server is configured. RepoNotFound, RevisionNotFound.
+    """
+    url = current_app.config["INFERENCE_URL"]
+    if not url:
+        abort(404)
+    found = _readable(namespace, name)
+    shown = version_service.get_version(db.session, found, request.form.get("version", ""))
+    outcome = tryit.predict(url, f"{found.repo_id}@{shown.version}",
+                            request.form.get("text", ""), current_app.config["INFERENCE_TIMEOUT"])
+    return _render(found, repos.live_versions(db.session, found), shown, tried=outcome)
+
+
+def _render(adapter: Adapter, versions: list[Version], shown: Version | None,
+            tried: tryit.Outcome | None = None):
     if shown is None:
         return render_template("ui/adapter_empty.html", adapter=adapter)
     manifest = shown.manifest
@@ -62,15 +81,21 @@ def _render(adapter: Adapter, versions: list[Version], shown: Version | None):
         architecture_rows=present.architecture_rows(manifest),
         head_rows=present.head_rows(manifest), labels=manifest.get("head", {}).get("labels", []),
         signature=queries.signature(db.session, shown), same_base=same_base,
-        usage=usage(adapter.repo_id, shown.version, manifest))
+        usage=usage(adapter.repo_id, shown.version, manifest), tried=tried,
+        example=example_text(manifest),
+        try_it=bool(current_app.config["INFERENCE_URL"]))
+
+
+def example_text(manifest: dict) -> str:
+    """A text to show the adapter on, in the snippets and the "Try it" box."""
+    return ("Angela Merkel visited Paris ." if manifest.get("task") == "tagging"
+            else "a gripping, beautifully acted film")
 
 
 def usage(repo_id: str, version: str, manifest: dict) -> list[tuple[str, str, str]]:
     """The "Use it" snippets: (title, label, text), each pinned to the version shown."""
-    ref, url = f"{repo_id}@{version}", public_url()
+    ref, url, example = f"{repo_id}@{version}", public_url(), example_text(manifest)
     base = manifest.get("base_model", {}).get("name", "")
-    example = "Angela Merkel visited Paris ." if manifest.get("task") == "tagging" else \
-        "a gripping, beautifully acted film"
     return [
         ("Command line", "Pull and predict commands",
          f"hub pull {ref}   # checks the signature and every digest\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import new_signing_key, signed_bundle, start_registry
-from ui_seed import PASSWORD, publish, seed
+from ui_seed import NER_TEXT, PASSWORD, Stub, publish, seed, stub_url  # noqa: F401 (fixture)
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = [pytest.mark.browser,
@@ -236,4 +236,26 @@ def test_keyboard_and_no_javascript(browser, server):
         "hub pull alice/conll-ner@1.0.0")
     assert page.locator("ol.labels li").all_inner_texts() == ["O", "B-PER", "I-PER", "B-LOC",
                                                              "I-LOC"]
+    context.close()
+
+
+@pytest.mark.parametrize("javascript", [True, False])
+def test_try_it_box(browser, server, stub_url, monkeypatch, javascript):
+    monkeypatch.setitem(server.app.config, "INFERENCE_URL", stub_url)
+    context = browser.new_context(viewport=PHONE, base_url=server.url,
+                                  java_script_enabled=javascript)
+    page = context.new_page()
+    page.goto("/alice/conll-ner")
+    box = page.locator("#try")
+    assert box.get_by_label("Text for version 1.0.0").input_value() == NER_TEXT
+    before = page.evaluate("performance.getEntriesByType('navigation').length && "
+                           "performance.timeOrigin")
+    box.get_by_role("button", name="Run").click()
+    page.wait_for_selector("#try-result mark.entity")
+    marks = page.locator("#try-result mark.entity").all_inner_texts()
+    assert [m.split() for m in marks] == [["Angela", "Merkel", "PER"], ["Paris", "LOC"]]
+    # With JavaScript the page answers in place; without, the form posts and the page reloads.
+    same_page = page.evaluate("performance.timeOrigin") == before
+    assert same_page is javascript
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
     context.close()

@@ -1,7 +1,8 @@
 // Progressive enhancement only: every page works without this file.
 // 1. A "Copy" button next to each [data-copy] element.
 // 2. Live search: the search page updates its results as you type, keeping the URL in step.
-// 3. On a phone, the search filters start folded away unless one is in use.
+// 3. The "Try it" box of an adapter page answers without reloading the page.
+// 4. On a phone, the search filters start folded away unless one is in use.
 "use strict";
 
 function addCopyButtons() {
@@ -73,6 +74,32 @@ function liveSearch() {
   });
 }
 
+// The "Try it" form answers in place (the page does not reload); without this, a plain post.
+function tryItInPlace() {
+  var form = document.querySelector("form[data-try]");
+  var result = document.getElementById("try-result");
+  if (!form || !result || !window.fetch || !window.DOMParser) return;
+  var button = form.querySelector("button[type=submit]");
+  form.addEventListener("submit", function (event) {
+    event.preventDefault();
+    button.disabled = true;
+    button.textContent = "Running…";
+    fetch(form.action, { method: "POST", body: new FormData(form) })
+      .then(function (response) { return response.text(); })
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("try-result");
+        result.replaceChildren.apply(result, fresh ? Array.from(fresh.childNodes).map(function (node) {
+          return document.adoptNode(node);
+        }) : []);
+      })
+      .catch(function () { form.submit(); })
+      .finally(function () {
+        button.disabled = false;
+        button.textContent = "Run";
+      });
+  });
+}
+
 function foldFilters() {
   var filters = document.querySelector("details.filters");
   if (!filters || !window.matchMedia("(max-width: 700px)").matches) return;
@@ -85,5 +112,6 @@ function foldFilters() {
 document.addEventListener("DOMContentLoaded", function () {
   addCopyButtons();
   liveSearch();
+  tryItInPlace();
   foldFilters();
 });
