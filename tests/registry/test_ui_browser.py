@@ -259,3 +259,37 @@ def test_try_it_box(browser, server, stub_url, monkeypatch, javascript):
     assert same_page is javascript
     assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
     context.close()
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_axe_finds_nothing_serious(browser, server, stub_url, monkeypatch, viewport):
+    """axe-core (the axe-playwright-python package) on every page, signed out and in, with a
+    Try-it answer shown: no serious or critical finding."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    monkeypatch.setitem(server.app.config, "INFERENCE_URL", stub_url)
+    context = browser.new_context(viewport=viewport, base_url=server.url)
+    page, axe, found = context.new_page(), Axe(), {}
+
+    def audit(label: str) -> None:
+        for v in axe.run(page).response["violations"]:
+            if v["impact"] in ("serious", "critical"):
+                found[f"{label}: {v['id']}"] = [n["target"] for n in v["nodes"]][:3]
+
+    for url in PAGES:
+        page.goto(url)
+        audit(url)
+    page.goto("/alice/conll-ner")
+    page.locator("#try").get_by_role("button", name="Run").click()
+    page.wait_for_selector("#try-result mark.entity")
+    audit("try it")
+    page.goto("/login")
+    page.get_by_label("User name").fill("alice")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(re.compile(r"/$"))
+    for url in ("/settings", "/acme/secret-adapter"):
+        page.goto(url)
+        audit(url)
+    context.close()
+    assert found == {}
