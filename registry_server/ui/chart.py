@@ -151,7 +151,8 @@ def ablation(analysis: dict[str, Any], chart_id: str = "ablation") -> Markup | N
     low, high = min(v for *_, v in cells), max(v for *_, v in cells)
     size = pad + n * cell
     metric = escape(str(a.get("metric", "score")))
-    parts = [f'<svg class="chart heatmap" viewBox="0 0 {size + 8} {size + 8}" role="img" '
+    parts = [f'<svg class="chart heatmap" viewBox="0 0 {size + 8} {size + 8}" '
+             f'width="{(size + 8) * 1.5:g}" height="{(size + 8) * 1.5:g}" role="img" '
              f'aria-labelledby="{chart_id}-t" xmlns="http://www.w3.org/2000/svg">',
              f'<title id="{chart_id}-t">{metric} with the adapters of layers i to j removed'
              '</title>']

@@ -19,7 +19,8 @@ function addCopyButtons() {
         setTimeout(function () { button.textContent = "Copy"; }, 1500);
       });
     });
-    el.after(button);
+    // A code block's button goes after the block, not inside it.
+    (el.parentElement.tagName === "PRE" ? el.parentElement : el).after(button);
   });
 }
 
