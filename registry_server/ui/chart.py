@@ -47,7 +47,7 @@ def panels(epochs: list[dict[str, Any]]) -> list[Panel]:
     points: dict[str, list[tuple[int, float]]] = {}
     for row in sorted(epochs, key=lambda r: r.get("epoch", 0)):
         for name, value in row.items():
-            if name != "epoch" and _finite(value) and isinstance(row.get("epoch"), int):
+            if name != "epoch" and finite(value) and isinstance(row.get("epoch"), int):
                 points.setdefault(name, []).append((row["epoch"], float(value)))
     losses = {k: v for k, v in points.items() if "loss" in k}
     scores = {k: v for k, v in points.items() if "loss" not in k}
@@ -55,7 +55,8 @@ def panels(epochs: list[dict[str, Any]]) -> list[Panel]:
             if series]
 
 
-def _finite(value: Any) -> bool:
+def finite(value: Any) -> bool:
+    """A number that can be drawn or compared: not a bool, not NaN or infinite."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -144,7 +145,7 @@ def ablation(analysis: dict[str, Any], chart_id: str = "ablation") -> Markup | N
     if not spans or not all(isinstance(row, list) and len(row) == len(spans) for row in spans):
         return None
     cells = [(i, j, float(v)) for i, row in enumerate(spans) for j, v in enumerate(row)
-             if _finite(v)]
+             if finite(v)]
     if not cells:
         return None
     n, cell, pad = len(spans), 34, 40

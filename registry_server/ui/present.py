@@ -13,6 +13,7 @@ from markupsafe import Markup
 
 from hubcli.bundle.card import validation_metrics
 from registry_server.models import as_utc
+from registry_server.ui.chart import finite
 from registry_server.ui.chart import label as metric_label
 from registry_server.ui.markdown import card_license
 
@@ -136,21 +137,17 @@ def metric_warnings(manifest: dict[str, Any]) -> list[str]:
     recall of 0 (no correct positive at all), or an accuracy no better than always answering
     the majority class (known when `hub ablate --record` measured it)."""
     found, warnings = _reported(manifest), []
-    zero = [metric_label(k) for k, v in found.items() if _is_number(v) and v == 0
+    zero = [metric_label(k) for k, v in found.items() if finite(v) and v == 0
             and any(part in k for part in ("f1", "precision", "recall"))]
     if zero:
         warnings.append(f"{', '.join(zero)} {'is' if len(zero) == 1 else 'are'} 0: the model "
                         "finds no correct positive at all (it may predict one class only).")
     ablation = (manifest.get("analysis") or {}).get("ablation") or {}
     majority, accuracy = ablation.get("majority"), found.get("accuracy")
-    if _is_number(majority) and _is_number(accuracy) and accuracy <= majority + 0.005:
+    if finite(majority) and finite(accuracy) and accuracy <= majority + 0.005:
         warnings.append(f"accuracy {number(accuracy)} is no better than always answering the "
                         f"most frequent class ({number(majority)}).")
     return warnings
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def plural(count: int, word: str) -> str:
