@@ -82,18 +82,20 @@ def _conditions(session: Session, viewer: User | None,
     if query.namespace:
         conditions.append(Adapter.namespace.has(Namespace.name == query.namespace))
     conditions += [Adapter.tags.any(AdapterTag.tag == tag) for tag in query.tags]
-    conditions += [or_(textsearch.matches(session, word), _owner_matches(word))
-                   for word in textsearch.words(query.text)]
+    conditions += [_word_matches(session, word) for word in textsearch.words(query.text)]
     if query.signed_only:
         conditions.append(Adapter.latest_version_id.in_(_signed_by_registered_key()))
     return conditions
 
 
-def _owner_matches(word: str) -> ColumnElement[bool]:
-    """The adapter's user or organisation name starts with `word` (any case)."""
-    owners = select(Namespace.id).where(func.lower(Namespace.name).startswith(word,
-                                                                               autoescape=True))
-    return Adapter.namespace_id.in_(owners)
+def _word_matches(session: Session, word: str) -> ColumnElement[bool]:
+    """The adapter's text has a word starting with `word`, or its user or organisation name
+    starts with it (any case). The owners are looked up first: most words name none, and then
+    the condition is the full-text match alone, which the text index answers by itself."""
+    text_match = textsearch.matches(session, word)
+    owners = session.scalars(select(Namespace.id).where(
+        func.lower(Namespace.name).startswith(word, autoescape=True))).all()
+    return or_(text_match, Adapter.namespace_id.in_(owners)) if owners else text_match
 
 
 def _relevance(words: list[str]) -> ColumnElement[int]:
@@ -119,11 +121,17 @@ def _starts_a_word(text: ColumnElement[str], word: str) -> ColumnElement[bool]:
                text.contains(" " + word, autoescape=True))
 
 
+def _ranking_words(query: UiQuery) -> list[str]:
+    """The words "best match" ranks by; none when another order was asked for or there is
+    no query (then best match is most downloaded)."""
+    return textsearch.words(query.text) if query.sort == "best" else []
+
+
 def _order(query: UiQuery) -> tuple:
     if query.sort == "recent":
         return Adapter.updated_at.desc(), Adapter.id.desc()
-    words = textsearch.words(query.text)
-    if query.sort == "best" and words:
+    words = _ranking_words(query)
+    if words:
         return _relevance(words).desc(), Adapter.downloads.desc(), Adapter.id.desc()
     return Adapter.downloads.desc(), Adapter.id.desc()
 
@@ -137,9 +145,12 @@ def search(session: Session, viewer: User | None, query: UiQuery) -> Page[Adapte
         lazyload(Version.files),
         load_only(Version.version, Version.created_at, Version.signer_key_id,
                   Version.pushed_by_id, Version.manifest))
+    ranked = select(Adapter)
+    if _ranking_words(query):
+        # The owner's name counts in the ranking; other orders keep to the listing indexes.
+        ranked = ranked.join(Namespace, Namespace.id == Adapter.namespace_id)
     items = session.scalars(
-        select(Adapter).join(Namespace, Namespace.id == Adapter.namespace_id)
-        .where(*conditions).order_by(*_order(query))
+        ranked.where(*conditions).order_by(*_order(query))
         .limit(query.per_page).offset((query.page - 1) * query.per_page)
         .options(selectinload(Adapter.tags), latest)).unique().all()
     return Page(list(items), total, query.page, query.per_page)
