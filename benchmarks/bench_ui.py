@@ -94,7 +94,9 @@ def seed(app, count: int, rng: random.Random) -> None:
                 "commit_sha": uuid.uuid4().hex + "0" * 8, "tree_digest": "0" * 64,
                 "summary": "", "card": adapter_card, "manifest": {**manifest, "version": number},
                 "task": task, "head_type": head, "base_model_name": base_name,
-                "base_model_hash": base_hash, "signer_key_id": "sha256:" + "5" * 64,
+                "base_model_hash": base_hash,
+                # Each publisher's own key (a key belongs to one account).
+                "signer_key_id": f"sha256:{i % len(users) + 1:064x}",
                 "pushed_by_id": i % len(users) + 1, "created_at": now, "downloads": 0})
             files += [{"version_id": version_id, "path": path, "blob_sha256": blobs[k]["sha256"]}
                       for k, path in enumerate(("README.md", "adapter.safetensors",
@@ -104,7 +106,7 @@ def seed(app, count: int, rng: random.Random) -> None:
                                              "created_at": now} for k, n in enumerate(users)])
         session.execute(insert(User), [{"id": k + 1, "namespace_id": k + 1, "is_admin": False,
                                         "created_at": now} for k in range(len(users))])
-        session.execute(insert(PublicKey), [{"user_id": k + 1, "key_id": "sha256:" + "5" * 64,
+        session.execute(insert(PublicKey), [{"user_id": k + 1, "key_id": f"sha256:{k + 1:064x}",
                                              "name": "", "pem": "", "created_at": now}
                                             for k in range(0, len(users), 2)])
         session.execute(insert(Blob), blobs)
@@ -185,7 +187,8 @@ def main() -> None:
               f"{os.cpu_count()} CPUs")
         client = app.test_client()
         hash_of_base = BASES[3][1]
-        search_urls = ["/search", "/search?q=sentiment", "/search?q=movie+reviews",
+        search_urls = ["/search", "/search?q=sentiment", "/search?q=sentiment&sort=downloads",
+                       "/search?q=movie+reviews",
                        "/search?q=sent", "/search?q=sentiment-classification-40",
                        "/search?task=tagging&sort=recent",
                        "/search?q=news&tag=english&head_type=sequence_classification",

@@ -220,7 +220,7 @@ def create_token() -> Response:
     body = json_body()
     if "name" in body and body["name"] is None:
         raise BadRequest("field 'name' must be of type str, not null")
-    token, secret = accounts.create_token(db.session, user, name=field(body, "name", str, "token"),
+    token, secret = accounts.create_token(db.session, user, name=field(body, "name", str, None),
                                           scope=field(body, "scope", str, "read"))
     return jsonify({**token_json(token), "token": secret}), 201
 

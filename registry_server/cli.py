@@ -105,7 +105,7 @@ def add_member(org: str, user: str) -> None:
 
 @cli.command("create-token")
 @click.argument("user")
-@click.option("--name", default="token", show_default=True)
+@click.option("--name", help="Unique among the user's live tokens.  [default: token, token-2, ...]")
 @click.option("--scope", type=click.Choice(accounts.SCOPES), default="write", show_default=True)
 def create_token(user: str, name: str, scope: str) -> None:
     """Create an API token for a user and print it (shown once)."""

@@ -52,6 +52,10 @@ DEFAULTS: dict[str, Any] = {
     "LOGIN_FAILURE_WINDOW": 600,
     # Lifetime of a challenge that proves possession of a signing key, seconds.
     "KEY_CHALLENGE_TTL": 300,
+    # A `hub serve --allow-pull` instance the adapter page's "Try it" box sends texts to
+    # (empty: no box), and how long to wait for its answer, seconds.
+    "INFERENCE_URL": "",
+    "INFERENCE_TIMEOUT": 20,
 }
 
 

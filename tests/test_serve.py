@@ -382,3 +382,27 @@ def test_options_ray_does_not_carry_are_refused(adapters):
                                       adapters["sst"]])
     assert result.exit_code != 0
     assert "--max-adapters, --token cannot be used with --ray" in result.output
+
+
+def test_the_registry_try_it_box_asks_a_real_hub_serve(
+        published, registry_user, live_registry, tiny_base_dir, monkeypatch):
+    """The web UI's "Try it" box (registry_server/ui/tryit.py) against this server: the
+    registry forwards the text over HTTP, hub serve pulls and verifies the adapter, and the
+    page shows the label and score hub serve answers."""
+    import re
+
+    ref = f"{registry_user[0]}/sst2-adapter"
+    pool = Pool(Engine(str(tiny_base_dir), allow_base_mismatch=True), allow_pull=True)
+    with running(pool, ServeSettings()) as (url, _server):
+        monkeypatch.setitem(live_registry.app.config, "INFERENCE_URL", url)
+        client = live_registry.app.test_client()
+        page = client.get(f"/{ref}").get_data(as_text=True)
+        token = re.search(r'name="csrf_token" value="([^"]+)"', page)[1]
+        tried = client.post(f"/{ref}/try", data={"csrf_token": token, "version": "1.0.0",
+                                                  "text": "a gripping film"})
+        direct = httpx.post(f"{url}/v1/predict", timeout=60, json={
+            "adapter": f"{ref}@1.0.0", "inputs": ["a gripping film"]}).json()["predictions"][0]
+    html = tried.get_data(as_text=True)
+    assert tried.status_code == 200
+    assert f'<span class="label-name">{direct["label"]}</span>' in html
+    assert f"{direct['score'] * 100:.1f}%" in html

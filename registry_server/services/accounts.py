@@ -151,18 +151,27 @@ def hash_token(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
-def create_token(session: Session, user: User, *, name: str = "token",
+def create_token(session: Session, user: User, *, name: str | None = None,
                  scope: str = "write") -> tuple[Token, str]:
     """Create an API token. Returns the row and the secret, which is shown once and stored
-    only as its SHA-256.
+    only as its SHA-256. Names are unique among the user's live tokens (any case), so that
+    "revoke laptop" names one token; without a name the token is "token", "token-2", ...
 
     Raises:
         BadRequest: unknown scope or bad name.
+        Conflict: the user has a live token of this name.
     """
     if scope not in SCOPES:
         raise BadRequest(f"token scope {scope!r} is not one of {', '.join(SCOPES)}")
+    taken = {t.name.lower() for t in list_tokens(session, user) if t.revoked_at is None}
+    if name is None:
+        name = next(n for n in ("token", *(f"token-{i}" for i in range(2, len(taken) + 3)))
+                    if n not in taken)
     if not name or len(name) > 96:
         raise BadRequest("a token name must have 1 to 96 characters")
+    if name.lower() in taken:
+        raise Conflict(f"you already have a token named {name!r}",
+                       hint="pick another name, or revoke that token first")
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = Token(user_id=user.id, name=name, prefix=secret[:12], token_hash=hash_token(secret),
                   scope=scope)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from sqlalchemy import ColumnElement, func, literal_column, select, table, text
+from sqlalchemy import ColumnElement, func, literal_column, select, table
 from sqlalchemy.orm import Session
 
 from registry_server.models import Adapter
@@ -19,6 +19,7 @@ from registry_server.services.sqlplan import unindexed
 WORD = re.compile(r"\w+")
 MAX_WORDS = 10
 _FTS = table("adapters_fts", literal_column("rowid"))
+_FTS_TABLE = literal_column("adapters_fts")
 _VECTOR = literal_column("adapters.search_vector")
 _SIMPLE = literal_column("'simple'::regconfig")  # the text search configuration of the column
 
@@ -42,8 +43,8 @@ def matches(session: Session, query: str) -> ColumnElement[bool] | None:
     dialect = session.get_bind().dialect.name
     if dialect == "sqlite":
         fts_query = " ".join(f'"{w}"*' for w in found)
-        matching = select(_FTS.c.rowid).where(text("adapters_fts MATCH :fts_query")
-                                              .bindparams(fts_query=fts_query))
+        # An anonymous bound parameter, so that one statement may hold several of these.
+        matching = select(_FTS.c.rowid).where(_FTS_TABLE.op("MATCH")(fts_query))
         # Checked against the match set while scanning a listing index (see sqlplan), rather
         # than by fetching each matching adapter row by id.
         return unindexed(session, Adapter.id).in_(matching)

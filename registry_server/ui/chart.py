@@ -26,8 +26,20 @@ class Panel:
 
     @property
     def legend(self) -> list[tuple[str, str]]:
-        """(metric name, CSS class of its colour), in drawing order."""
+        """(metric name, CSS class of its colour and dash pattern), in drawing order."""
         return [(name, f"series-{i % SERIES_CLASSES}") for i, name in enumerate(self.series)]
+
+    @property
+    def twins(self) -> dict[str, str]:
+        """Series drawn exactly over an earlier one: {metric: the earlier metric}. The
+        legend says so, since one line hides the other."""
+        out: dict[str, str] = {}
+        names = list(self.series)
+        for i, name in enumerate(names):
+            same = next((n for n in names[:i] if self.series[n] == self.series[name]), None)
+            if same is not None:
+                out[name] = same
+        return out
 
 
 def panels(epochs: list[dict[str, Any]]) -> list[Panel]:
@@ -35,7 +47,7 @@ def panels(epochs: list[dict[str, Any]]) -> list[Panel]:
     points: dict[str, list[tuple[int, float]]] = {}
     for row in sorted(epochs, key=lambda r: r.get("epoch", 0)):
         for name, value in row.items():
-            if name != "epoch" and _finite(value) and isinstance(row.get("epoch"), int):
+            if name != "epoch" and finite(value) and isinstance(row.get("epoch"), int):
                 points.setdefault(name, []).append((row["epoch"], float(value)))
     losses = {k: v for k, v in points.items() if "loss" in k}
     scores = {k: v for k, v in points.items() if "loss" not in k}
@@ -43,20 +55,32 @@ def panels(epochs: list[dict[str, Any]]) -> list[Panel]:
             if series]
 
 
-def _finite(value: Any) -> bool:
+def finite(value: Any) -> bool:
+    """A number that can be drawn or compared: not a bool, not NaN or infinite."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def nice_ticks(low: float, high: float, count: int = 4) -> list[float]:
-    """About `count` round tick values covering [low, high] (steps of 1, 2, 2.5 or 5 x 10^k)."""
+    """About `count` round tick values covering [low, high] (steps of 1, 2, 2.5 or 5 x 10^k).
+    A flat series gets a band around it that stays on its side of 0 (scores and losses are
+    not negative): all zeros read 0 to 1, not -0.5 to 0.5."""
     if high <= low:
-        low, high = low - (abs(low) * 0.1 or 0.5), high + (abs(high) * 0.1 or 0.5)
+        if low == 0:
+            high = 1.0
+        else:
+            pad = abs(low) * 0.1
+            low, high = (max(low - pad, 0.0) if low > 0 else low - pad), high + pad
     raw = (high - low) / count
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
     # The epsilon keeps float noise (0.7 / 0.05 = 13.999...) from adding a needless tick.
     first, last = math.floor(low / step + 1e-9), math.ceil(high / step - 1e-9)
     return [round(i * step, 12) for i in range(first, last + 1)]
+
+
+def label(name: str) -> str:
+    """A metric as the legend names it: the per-epoch "loss" is the validation loss."""
+    return "validation loss" if name == "loss" else name.replace("_", " ")
 
 
 def fmt(value: float) -> str:
@@ -79,7 +103,7 @@ def render(panel: Panel, chart_id: str) -> Markup:
     def y(value: float) -> float:
         return TOP + (1 - (value - y0) / (y1 - y0)) * (HEIGHT - TOP - BOTTOM)
 
-    names = ", ".join(panel.series)
+    names = ", ".join(label(n) for n in panel.series)
     parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
              f'aria-labelledby="{chart_id}-t {chart_id}-d" xmlns="http://www.w3.org/2000/svg">',
              f'<title id="{chart_id}-t">{escape(panel.title)} per epoch</title>',
@@ -99,7 +123,7 @@ def render(panel: Panel, chart_id: str) -> Markup:
         parts.append(f'<polyline class="line {css}" points="{coords}"/>')
         for e, v in series:
             parts.append(f'<circle class="dot {css}" cx="{x(e):.1f}" cy="{y(v):.1f}" r="3.5">'
-                         f'<title>{escape(name)}, epoch {e}: {fmt(v)}</title></circle>')
+                         f'<title>{escape(label(name))}, epoch {e}: {fmt(v)}</title></circle>')
     parts.append("</svg>")
     return Markup("".join(parts))
 
@@ -121,14 +145,15 @@ def ablation(analysis: dict[str, Any], chart_id: str = "ablation") -> Markup | N
     if not spans or not all(isinstance(row, list) and len(row) == len(spans) for row in spans):
         return None
     cells = [(i, j, float(v)) for i, row in enumerate(spans) for j, v in enumerate(row)
-             if _finite(v)]
+             if finite(v)]
     if not cells:
         return None
     n, cell, pad = len(spans), 34, 40
     low, high = min(v for *_, v in cells), max(v for *_, v in cells)
     size = pad + n * cell
     metric = escape(str(a.get("metric", "score")))
-    parts = [f'<svg class="chart heatmap" viewBox="0 0 {size + 8} {size + 8}" role="img" '
+    parts = [f'<svg class="chart heatmap" viewBox="0 0 {size + 8} {size + 8}" '
+             f'width="{(size + 8) * 1.5:g}" height="{(size + 8) * 1.5:g}" role="img" '
              f'aria-labelledby="{chart_id}-t" xmlns="http://www.w3.org/2000/svg">',
              f'<title id="{chart_id}-t">{metric} with the adapters of layers i to j removed'
              '</title>']

@@ -13,6 +13,9 @@ from markupsafe import Markup
 
 from hubcli.bundle.card import validation_metrics
 from registry_server.models import as_utc
+from registry_server.ui.chart import finite
+from registry_server.ui.chart import label as metric_label
+from registry_server.ui.markdown import card_license
 
 Rows = list[tuple[str, str]]
 
@@ -104,17 +107,59 @@ def head_rows(manifest: dict[str, Any]) -> Rows:
     return rows
 
 
-def best_metrics(manifest: dict[str, Any]) -> Rows:
-    """The reported validation metrics (the card's choice: `metrics.best` or the last epoch),
-    the primary metric first."""
+def _reported(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The validation metrics the card reports (never the training loss)."""
     try:
         metrics = validation_metrics(manifest)
-    except (KeyError, TypeError):
-        return []
+    except (KeyError, TypeError, AttributeError):
+        return {}
+    return {k: v for k, v in metrics.items() if not k.startswith("train")}
+
+
+def best_metrics(manifest: dict[str, Any]) -> Rows:
+    """The reported validation metrics (the card's choice: `metrics.best` or the last epoch),
+    the primary metric first, labelled as the chart's legend reads them."""
     primary = manifest.get("metrics", {}).get("primary")
-    ordered = sorted(metrics.items(), key=lambda kv: (kv[0] != primary, kv[0]))
-    return [(name, number(value) if isinstance(value, (int, float)) else str(value))
+    ordered = sorted(_reported(manifest).items(), key=lambda kv: (kv[0] != primary, kv[0]))
+    return [(metric_label(name), number(value) if isinstance(value, (int, float)) else str(value))
             for name, value in ordered]
+
+
+def primary_metric(manifest: dict[str, Any]) -> tuple[str, str] | None:
+    """(label, value) of the metric the adapter was selected by, for headers and result
+    cards; None when nothing was recorded."""
+    rows = best_metrics(manifest)
+    return rows[0] if rows else None
+
+
+def metric_warnings(manifest: dict[str, Any]) -> list[str]:
+    """Why the reported metrics suggest a model that learnt nothing: an F1, precision or
+    recall of 0 (no correct positive at all), or an accuracy no better than always answering
+    the majority class (known when `hub ablate --record` measured it)."""
+    found, warnings = _reported(manifest), []
+    zero = [metric_label(k) for k, v in found.items() if finite(v) and v == 0
+            and any(part in k for part in ("f1", "precision", "recall"))]
+    if zero:
+        warnings.append(f"{', '.join(zero)} {'is' if len(zero) == 1 else 'are'} 0: the model "
+                        "finds no correct positive at all (it may predict one class only).")
+    ablation = (manifest.get("analysis") or {}).get("ablation") or {}
+    majority, accuracy = ablation.get("majority"), found.get("accuracy")
+    if finite(majority) and finite(accuracy) and accuracy <= majority + 0.005:
+        warnings.append(f"accuracy {number(accuracy)} is no better than always answering the "
+                        f"most frequent class ({number(majority)}).")
+    return warnings
+
+
+def plural(count: int, word: str) -> str:
+    """(1, "download") -> "1 download"; (1234, "download") -> "1,234 downloads"."""
+    return f"{number(count)} {word}{'' if count == 1 else 's'}"
+
+
+def license_of(manifest: dict[str, Any], card: str) -> str | None:
+    """The license the manifest names, else the one in the model card's front matter."""
+    if isinstance(manifest.get("license"), str) and manifest["license"].strip():
+        return manifest["license"].strip()
+    return card_license(card)
 
 
 def metric_names(epochs: list[dict[str, Any]]) -> list[str]:
@@ -128,3 +173,7 @@ def init_app(app: Flask) -> None:
     app.add_template_filter(date)
     app.add_template_filter(short_hash)
     app.add_template_filter(words)
+    app.add_template_filter(plural)
+    app.add_template_filter(metric_label, "metric_label")
+    app.add_template_filter(primary_metric)
+    app.add_template_filter(metric_warnings)

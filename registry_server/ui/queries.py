@@ -1,5 +1,6 @@
 """The reads the web UI needs beyond the service layer: full-text search with the UI's extra
-filter (signed by a still-registered key), home page counts, facets, and signature status.
+filter (signed by a still-registered key), owner names and relevance ranking ("best match"),
+home page counts, facets, and signature status.
 
 Visibility is the service layer's rule (`search.visible`); full-text matching is
 `textsearch.matches`. Queries are plain WHERE clauses over `adapters` (no subquery of whole
@@ -9,9 +10,10 @@ rows), so the listing indexes of migration 0002 answer counts and pages on their
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Select, and_, func, select
+from sqlalchemy import ColumnElement, Select, and_, case, func, or_, select
 from sqlalchemy.orm import Session, lazyload, load_only, selectinload
 
 from registry_server.models import Adapter, AdapterTag, Namespace, PublicKey, User, Version
@@ -19,7 +21,9 @@ from registry_server.services.search import Page, SearchQuery, visible
 from registry_server.services import accounts, textsearch
 from registry_server.services.sqlplan import unindexed
 
-UI_SORTS = ("downloads", "recent")
+# "best": relevance to the query's words (see `_relevance`), most downloaded first among
+# equals and when there is no query.
+UI_SORTS = ("best", "downloads", "recent")
 
 
 @dataclass(frozen=True)
@@ -68,34 +72,85 @@ def _conditions(session: Session, viewer: User | None,
                 query: UiQuery) -> list[ColumnElement[bool]]:
     conditions = _listed(session, viewer)
     for column, value in ((Adapter.task, query.task), (Adapter.head_type, query.head_type),
-                          (Adapter.base_model_name, query.base_model),
                           (Adapter.base_model_hash, query.base_hash)):
         if value:
             conditions.append(unindexed(session, column) == value)
+    if query.base_model:
+        # As `hub search --base`: any case, any part of the name ("MiniLM" finds the packaged base).
+        conditions.append(func.lower(unindexed(session, Adapter.base_model_name))
+                          .contains(query.base_model.lower(), autoescape=True))
     if query.namespace:
         conditions.append(Adapter.namespace.has(Namespace.name == query.namespace))
     conditions += [Adapter.tags.any(AdapterTag.tag == tag) for tag in query.tags]
-    text_match = textsearch.matches(session, query.text)
-    if text_match is not None:
-        conditions.append(text_match)
+    conditions += [_word_matches(session, word) for word in textsearch.words(query.text)]
     if query.signed_only:
         conditions.append(Adapter.latest_version_id.in_(_signed_by_registered_key()))
     return conditions
 
 
+def _word_matches(session: Session, word: str) -> ColumnElement[bool]:
+    """The adapter's text has a word starting with `word`, or its user or organisation name
+    starts with it (any case). The owners are looked up first: most words name none, and then
+    the condition is the full-text match alone, which the text index answers by itself."""
+    text_match = textsearch.matches(session, word)
+    owners = session.scalars(select(Namespace.id).where(
+        func.lower(Namespace.name).startswith(word, autoescape=True))).all()
+    return or_(text_match, Adapter.namespace_id.in_(owners)) if owners else text_match
+
+
+def _relevance(words: list[str]) -> ColumnElement[int]:
+    """How well an adapter matching every word fits them: a word starting a word of its name
+    counts most, then its owner's name, then its description; the model card (whose generated
+    boilerplate mentions every task's words) adds nothing, so it only decides which adapters
+    match. The whole name typed as the query ("sst2 sentiment") comes first. Needs the
+    adapter's namespace joined (`search` does)."""
+    name = func.lower(Adapter.name)
+    for mark in "-_.":
+        name = func.replace(name, mark, " ")
+    owner, description = func.lower(Namespace.name), func.lower(Adapter.description)
+    score: ColumnElement[int] = case((name == " ".join(words), 10), else_=0)
+    for word in words:
+        score = score + case((_starts_a_word(name, word), 4), else_=0) \
+            + case((owner.startswith(word, autoescape=True), 3), else_=0) \
+            + case((_starts_a_word(description, word), 2), else_=0)
+    return score
+
+
+def _starts_a_word(text: ColumnElement[str], word: str) -> ColumnElement[bool]:
+    return or_(text.startswith(word, autoescape=True),
+               text.contains(" " + word, autoescape=True))
+
+
+def _ranking_words(query: UiQuery) -> list[str]:
+    """The words "best match" ranks by; none when another order was asked for or there is
+    no query (then best match is most downloaded)."""
+    return textsearch.words(query.text) if query.sort == "best" else []
+
+
+def _order(query: UiQuery) -> tuple:
+    if query.sort == "recent":
+        return Adapter.updated_at.desc(), Adapter.id.desc()
+    words = _ranking_words(query)
+    if words:
+        return _relevance(words).desc(), Adapter.downloads.desc(), Adapter.id.desc()
+    return Adapter.downloads.desc(), Adapter.id.desc()
+
+
 def search(session: Session, viewer: User | None, query: UiQuery) -> Page[Adapter]:
-    """Adapters matching every filter of `query`, one page, sorted by downloads or recency;
-    each with its tags and latest version loaded (not the version's files)."""
+    """Adapters matching every filter of `query`, one page, sorted by relevance, downloads or
+    recency; each with its tags and latest version loaded (not the version's files)."""
     conditions = _conditions(session, viewer, query)
     total = session.scalar(select(func.count(Adapter.id)).where(*conditions)) or 0
-    order = ((Adapter.updated_at.desc(), Adapter.id.desc()) if query.sort == "recent"
-             else (Adapter.downloads.desc(), Adapter.id.desc()))
     latest = selectinload(Adapter.latest).options(
         lazyload(Version.files),
         load_only(Version.version, Version.created_at, Version.signer_key_id,
-                  Version.pushed_by_id))
+                  Version.pushed_by_id, Version.manifest))
+    ranked = select(Adapter)
+    if _ranking_words(query):
+        # The owner's name counts in the ranking; other orders keep to the listing indexes.
+        ranked = ranked.join(Namespace, Namespace.id == Adapter.namespace_id)
     items = session.scalars(
-        select(Adapter).where(*conditions).order_by(*order)
+        ranked.where(*conditions).order_by(*_order(query))
         .limit(query.per_page).offset((query.page - 1) * query.per_page)
         .options(selectinload(Adapter.tags), latest)).unique().all()
     return Page(list(items), total, query.page, query.per_page)
@@ -137,9 +192,20 @@ class SummaryCache:
         return self._value
 
 
+def signatures(session: Session, versions: Iterable[Version | None]) -> dict[int, Signature]:
+    """Who stands behind each version's signature (by version id): the account its key is
+    registered to (the key's holder proved possession), and who pushed it. Two queries for a
+    whole page of results."""
+    shown = [v for v in versions if v is not None]
+    owners = accounts.key_owners(session, [v.signer_key_id for v in shown])
+    pusher_ids = {v.pushed_by_id for v in shown if v.pushed_by_id is not None}
+    pushers = dict(session.execute(
+        select(User.id, Namespace.name).join(Namespace, User.namespace_id == Namespace.id)
+        .where(User.id.in_(pusher_ids))).tuples().all()) if pusher_ids else {}
+    return {v.id: Signature(v.signer_key_id, owners.get(v.signer_key_id),
+                            pushers.get(v.pushed_by_id)) for v in shown}
+
+
 def signature(session: Session, version: Version) -> Signature:
-    """Who stands behind a version's signature: the account its key is registered to (the
-    key's holder proved possession), whoever pushed it."""
-    owner = accounts.key_owners(session, [version.signer_key_id]).get(version.signer_key_id)
-    return Signature(version.signer_key_id, owner,
-                     version.pushed_by.name if version.pushed_by else None)
+    """`signatures` of one version."""
+    return signatures(session, [version])[version.id]

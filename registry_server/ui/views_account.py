@@ -1,26 +1,30 @@
 """Signing in and out, setting a password with an API token, and the settings page: API
-tokens (a new one is shown once) and signing public keys (listed and removed here; added with
+tokens (a new one is shown once, after a redirect) and signing public keys (listed and removed here; added with
 `hub keys upload`, which proves holding the private key, something a web form cannot do)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 from collections.abc import Callable
 from datetime import timedelta
 from functools import wraps
 from urllib.parse import urlsplit
 
-from flask import current_app, flash, redirect, render_template, request, url_for
+from cryptography.fernet import Fernet, InvalidToken
+from flask import current_app, flash, redirect, render_template, request, session, url_for
 
 from registry_server.db import db
 from registry_server.errors import ApiError, BadRequest
-from registry_server.models import User
+from registry_server.models import Token, User
 from registry_server.services import accounts
 from registry_server.ui import passwords, signin, throttle
 from registry_server.ui.blueprint import bp
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _BLANKS = "".join(map(chr, range(0x21)))  # C0 controls and space
+_NEW_TOKEN = "new_token"  # session key: the token just created, for the page redirected to
 
 
 def _safe_next(target: str | None) -> str:
@@ -115,32 +119,60 @@ def _new_password(user: User) -> None:
 
 def _settings(status: int = 200, **extra):
     user = signin.viewer()
+    tokens = accounts.list_tokens(db.session, user)
     response = render_template(
-        "ui/settings.html", tokens=accounts.list_tokens(db.session, user),
+        "ui/settings.html", tokens=[t for t in tokens if t.revoked_at is None],
+        revoked=[t for t in tokens if t.revoked_at is not None],
         keys=accounts.list_public_keys(db.session, user), scopes=accounts.SCOPES,
         orgs=accounts.user_orgs(db.session, user), **extra)
     # Token secrets must not linger in a cache or the back/forward history.
     return response, status, {"Cache-Control": "no-store"}
 
 
+def _sealer() -> Fernet:
+    """Encrypts a new token's secret for its one trip in the session cookie (signed, but
+    readable by whoever holds the cookie file): the key derives from the app's secret key."""
+    secret = current_app.secret_key
+    raw = secret.encode() if isinstance(secret, str) else bytes(secret)
+    return Fernet(base64.urlsafe_b64encode(hashlib.sha256(b"ui new token\0" + raw).digest()))
+
+
+def _take_new_token() -> dict:
+    """The token created by the request that redirected here, once: reloading the page shows
+    (and creates) nothing."""
+    sealed = session.pop(_NEW_TOKEN, None)
+    if not isinstance(sealed, dict):
+        return {}
+    token = db.session.get(Token, sealed.get("id"))
+    try:
+        secret = _sealer().decrypt(str(sealed.get("secret")).encode()).decode()
+    except InvalidToken:
+        return {}
+    if token is None or token.user_id != signin.viewer().id or token.revoked_at is not None:
+        return {}
+    return {"new_token": token, "new_secret": secret}
+
+
 @bp.get("/settings")
 @login_required
 def settings():
-    return _settings()
+    return _settings(**_take_new_token())
 
 
 @bp.post("/settings/tokens")
 @login_required
 def create_token():
+    """Post-redirect-get: the new secret rides (encrypted) in the session to the settings
+    page, which shows it once; a reload of that page posts nothing."""
     form = request.form
     try:
         token, secret = accounts.create_token(db.session, signin.viewer(),
                                               name=form.get("name", "").strip(),
                                               scope=form.get("scope", "read"))
     except ApiError as e:
-        return _settings(e.status, token_error=str(e))
-    # Shown in this answer only (not stored in the session cookie, not redirected to).
-    return _settings(201, new_token=token, new_secret=secret)
+        return _settings(e.status, token_error=str(e), token_name=form.get("name", ""))
+    session[_NEW_TOKEN] = {"id": token.id, "secret": _sealer().encrypt(secret.encode()).decode()}
+    return redirect(url_for("ui.settings") + "#tokens", 303)
 
 
 @bp.post("/settings/tokens/<int:token_id>/revoke")
@@ -148,7 +180,7 @@ def create_token():
 def revoke_token(token_id: int):
     token = accounts.revoke_token(db.session, signin.viewer(), token_id)
     flash(f"Token {token.name!r} is revoked.")
-    return redirect(url_for("ui.settings") + "#tokens")
+    return redirect(url_for("ui.settings") + "#tokens", 303)
 
 
 @bp.post("/settings/keys/delete")
@@ -157,7 +189,7 @@ def delete_key():
     key_id = request.form.get("key_id", "")
     accounts.delete_public_key(db.session, signin.viewer(), key_id)
     flash(f"Key {key_id} is removed.")
-    return redirect(url_for("ui.settings") + "#keys")
+    return redirect(url_for("ui.settings") + "#keys", 303)
 
 
 @bp.post("/settings/password")

@@ -1,30 +1,30 @@
 """The adapter page: one version (the latest, or one named in the URL) with its rendered model
-card, manifest at a glance, training curve, files, signature and every version."""
+card, manifest at a glance, training curve, files, signature and every version; and its "Try
+it" form, answered by a `hub serve` instance (`tryit`)."""
 
 from __future__ import annotations
 
-from flask import render_template
+from flask import abort, current_app, render_template, request
 
 from registry_server.db import db
-from registry_server.errors import Forbidden, RepoNotFound
+from registry_server.errors import RepoNotFound
+from registry_server.httputil import public_url
 from registry_server.models import Adapter, Version
 from registry_server.services import repos
 from registry_server.services import versions as version_service
-from registry_server.ui import chart, present, queries
+from registry_server.ui import chart, present, queries, tryit
 from registry_server.ui.blueprint import bp
-from registry_server.ui.markdown import render_card
+from registry_server.ui.markdown import SHOWN_ELSEWHERE, render_card
 from registry_server.ui.signin import viewer
 
 
 def _readable(namespace: str, name: str) -> Adapter:
-    """Raises: RepoNotFound (404): no such adapter. Forbidden (403): private to others."""
+    """Raises: RepoNotFound (404): no such adapter, or a private one the viewer may not read
+    (the same answer, so that a page does not confirm that a private adapter exists)."""
     adapter = repos.find_adapter(db.session, namespace, name)
-    if adapter is None:
-        raise RepoNotFound(f"There is no adapter {namespace}/{name}.",
-                           hint=f"search for {name!r} to find adapters with similar names")
-    if not repos.can_read(db.session, adapter, viewer()):
-        raise Forbidden(f"{namespace}/{name} is private.",
-                        hint=f"sign in as a member of {namespace} to see it")
+    if adapter is None or not repos.can_read(db.session, adapter, viewer()):
+        raise RepoNotFound(f"There is no adapter {namespace}/{name}"
+                           f"{'' if viewer() else ' that you can see without signing in'}.")
     return adapter
 
 
@@ -44,7 +44,25 @@ def adapter_version(namespace: str, name: str, version: str):
     return _render(found, repos.live_versions(db.session, found), shown)
 
 
-def _render(adapter: Adapter, versions: list[Version], shown: Version | None):
+@bp.post("/<namespace>/<name>/try")
+def try_it(namespace: str, name: str):
+    """The "Try it" form: the adapter page again, with what the inference server answered for
+    the posted text (a POST: a crawler following links never runs the model).
+
+    Raises: NotFound (404): no inference server is configured. RepoNotFound, RevisionNotFound.
+    """
+    url = current_app.config["INFERENCE_URL"]
+    if not url:
+        abort(404)
+    found = _readable(namespace, name)
+    shown = version_service.get_version(db.session, found, request.form.get("version", ""))
+    outcome = tryit.predict(url, f"{found.repo_id}@{shown.version}",
+                            request.form.get("text", ""), current_app.config["INFERENCE_TIMEOUT"])
+    return _render(found, repos.live_versions(db.session, found), shown, tried=outcome)
+
+
+def _render(adapter: Adapter, versions: list[Version], shown: Version | None,
+            tried: tryit.Outcome | None = None):
     if shown is None:
         return render_template("ui/adapter_empty.html", adapter=adapter)
     manifest = shown.manifest
@@ -54,12 +72,45 @@ def _render(adapter: Adapter, versions: list[Version], shown: Version | None):
                                queries.UiQuery(base_hash=shown.base_model_hash, per_page=1)).total
     return render_template(
         "ui/adapter.html", adapter=adapter, version=shown, versions=versions,
-        manifest=manifest, card=render_card(shown.card),
+        manifest=manifest, card=render_card(shown.card, SHOWN_ELSEWHERE),
         charts=[(p, chart.render(p, f"chart-{i}")) for i, p in enumerate(panels)],
         ablation=chart.ablation(manifest.get("analysis")),
         epochs=epochs, metric_names=present.metric_names(epochs),
-        best=present.best_metrics(manifest), base_rows=present.base_rows(manifest),
+        best=present.best_metrics(manifest), warnings=present.metric_warnings(manifest),
+        license=present.license_of(manifest, shown.card), base_rows=present.base_rows(manifest),
         architecture_rows=present.architecture_rows(manifest),
         head_rows=present.head_rows(manifest), labels=manifest.get("head", {}).get("labels", []),
         signature=queries.signature(db.session, shown), same_base=same_base,
-        pull=f"hub pull {adapter.repo_id}@{shown.version}")
+        usage=usage(adapter.repo_id, shown.version, manifest), tried=tried,
+        example=example_text(manifest),
+        try_it=bool(current_app.config["INFERENCE_URL"]))
+
+
+def example_text(manifest: dict) -> str:
+    """A text to show the adapter on, in the snippets and the "Try it" box."""
+    return ("Angela Merkel visited Paris ." if manifest.get("task") == "tagging"
+            else "a gripping, beautifully acted film")
+
+
+def usage(repo_id: str, version: str, manifest: dict) -> list[tuple[str, str, str]]:
+    """The "Use it" snippets: (title, label, text), each pinned to the version shown."""
+    ref, url, example = f"{repo_id}@{version}", public_url(), example_text(manifest)
+    base = manifest.get("base_model", {}).get("name", "")
+    return [
+        ("Command line", "Pull and predict commands",
+         f"hub pull {ref}   # checks the signature and every digest\n"
+         f'hub predict {ref} "{example}"'),
+        ("Python", "Python AdapterHub snippet",
+         "from hubcli.api import AdapterHub\n"
+         "from hubcli.remote.credentials import registry_remote\n"
+         "from hubcli.remote.pull import pull\n\n"
+         f'pulled = pull("{ref}", registry_remote("{url}"))  # verified\n'
+         f'hub = AdapterHub(base="{base}")\n'
+         "hub.load(pulled.record.path)\n"
+         f'print(hub.predict(["{example}"]))'),
+        ("huggingface_hub", "huggingface_hub snippet",
+         "import os\n"
+         f'os.environ["HF_ENDPOINT"] = "{url}"  # before importing huggingface_hub\n'
+         "from huggingface_hub import snapshot_download\n\n"
+         f'folder = snapshot_download("{repo_id}", revision="{version}")  # not verified'),
+    ]

@@ -120,24 +120,55 @@ def test_forms_without_the_csrf_token_are_refused(site, sent):
     assert r.status_code == 400
 
 
-def test_new_token_is_shown_once_then_revoked(site):
+def token_ids(site: Site) -> dict[str, int]:
+    """alice's live tokens by name."""
+    with db.session_scope(site.app) as session:
+        tokens = accounts.list_tokens(session, accounts.get_user(session, "alice"))
+        return {t.name: t.id for t in tokens if t.revoked_at is None}
+
+
+def test_new_token_is_shown_once_after_a_redirect_then_revoked(site):
     client = site.app.test_client()
     sign_in(client)
     r = post_form(client, "/settings", "/settings/tokens", name="laptop", scope="write")
-    assert r.status_code == 201 and r.headers["Cache-Control"] == "no-store"
-    html = text(r)
+    # Post-redirect-get: reloading the page that shows the token posts nothing.
+    assert r.status_code == 303 and r.headers["Location"] == "/settings#tokens"
+    assert "hubr_" not in r.headers.get("Set-Cookie", "")  # the secret travels encrypted
+    landing = client.get("/settings")
+    assert landing.headers["Cache-Control"] == "no-store"
+    html = text(landing)
     assert "it is shown only this once" in html
     secret = html.split('aria-label="New API token">')[1].split("<")[0]
     assert secret.startswith("hubr_") and bearer(site, secret) == 200
-    listing = text(client.get("/settings"))
+    listing = text(client.get("/settings"))  # the reload
     assert secret not in listing and f"{secret[:12]}…" in listing
+    assert "shown only this once" not in listing
+    assert sorted(token_ids(site)) == ["cli", "laptop", "ro"]
+    r = post_form(client, "/settings", f"/settings/tokens/{token_ids(site)['laptop']}/revoke")
+    assert r.status_code == 303
+    html = text(client.get("/settings"))
+    assert "Token &#39;laptop&#39; is revoked." in html
+    # Revoked tokens leave the table (and its Revoke buttons) for a folded list.
+    live, folded = html.split('class="revoked-tokens"')
+    assert "Revoke token laptop" not in live and "<strong>laptop</strong>" in folded
+    assert bearer(site, secret) == 401
+
+
+def test_token_names_are_unique_among_live_tokens(site):
+    client = site.app.test_client()
+    sign_in(client)
+    r = post_form(client, "/settings", "/settings/tokens", name="CLI", scope="read")
+    assert r.status_code == 409
+    assert "you already have a token named &#39;CLI&#39;" in text(r)
+    assert 'value="CLI"' in text(r)  # the form keeps what was typed
+    post_form(client, "/settings", f"/settings/tokens/{token_ids(site)['cli']}/revoke")
+    r = post_form(client, "/settings", "/settings/tokens", name="cli", scope="read")
+    assert r.status_code == 303 and sorted(token_ids(site)) == ["cli", "ro"]
+    # Unnamed tokens (API, hub-registry create-token) are numbered instead of clashing.
     with db.session_scope(site.app) as session:
         alice = accounts.get_user(session, "alice")
-        token_id = next(t.id for t in accounts.list_tokens(session, alice) if t.name == "laptop")
-    r = post_form(client, "/settings", f"/settings/tokens/{token_id}/revoke")
-    assert r.status_code == 302
-    assert "Token &#39;laptop&#39; is revoked." in text(client.get("/settings"))
-    assert bearer(site, secret) == 401
+        names = [accounts.create_token(session, alice)[0].name for _ in range(3)]
+    assert names == ["token", "token-2", "token-3"]
 
 
 def test_token_form_errors(site):
@@ -169,9 +200,10 @@ def test_list_and_remove_a_public_key(site, tmp_path):
     client = site.app.test_client()
     sign_in(client)
     html = text(client.get("/settings"))
-    assert f'<code class="hash">{key_id}</code>' in html and '<th scope="row">laptop</th>' in html
+    assert f'<code class="hash">{key_id}</code>' in html and "<strong>laptop</strong>" in html
+    assert 'aria-label="Remove key laptop…"' in html  # a two-step button
     r = post_form(client, "/settings", "/settings/keys/delete", key_id=key_id)
-    assert r.status_code == 302
+    assert r.status_code == 303
     html = text(client.get("/settings"))
     assert f"Key {key_id} is removed." in html and "You have no signing keys yet" in html
 

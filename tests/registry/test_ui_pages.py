@@ -48,6 +48,7 @@ def test_home_shows_counts_and_both_lists(client):
     ("bold", [("bob", "evil-card")]),  # model card body only
     ("sent", [("alice", "sst2-sentiment"), ("bob", "evil-card")]),  # word prefix (tag)
     ("internal", []),  # only in the private adapter of acme
+    ("bob", [("bob", "evil-card")]),  # an owner's name
     ('"unbalanced AND (', []),  # FTS syntax in user input is inert
 ])
 def test_search_text(client, query, expected):
@@ -56,10 +57,17 @@ def test_search_text(client, query, expected):
     assert names(text(r)) == expected
 
 
+def test_search_words_may_name_the_owner_and_the_adapter(client):
+    # conll-ner's card mentions its sst2_train.tsv too, but the name decides the order.
+    found = names(text(client.get("/search?q=alice+sst2")))
+    assert found == [("alice", "sst2-sentiment"), ("alice", "conll-ner")]
+
+
 @pytest.mark.parametrize("args, expected", [
     ({"task": "tagging"}, ["conll-ner"]),
     ({"head_type": "sequence_classification"}, ["sst2-sentiment", "evil-card"]),
     ({"base_model": "bert-base-cased"}, ["conll-ner"]),
+    ({"base_model": "BASE-Cased"}, ["conll-ner"]),  # any case, any part (as hub search --base)
     ({"base_hash": "ef" * 32}, ["conll-ner"]),  # bare hex gets its sha256: prefix
     ({"base_hash": "sha256:" + "ab" * 32}, ["sst2-sentiment", "evil-card"]),
     ({"tag": "english"}, ["sst2-sentiment"]),
@@ -117,11 +125,41 @@ def test_adapter_page_shows_the_manifest_at_a_glance(client):
     # The training curve: two inline SVG panels, three points per series.
     assert html.count('<svg class="chart"') == 2
     assert html.count('<circle class="dot series-0"') == 3 + 3
-    assert "train loss" in html
-    assert "<strong>5</strong> downloads" in html
+    assert "train loss" in html and "validation loss" in html
+    assert "5 downloads (5 of this version)" in html
+    assert "license apache-2.0" in html
     # `hub ablate --record`'s heatmap: one cell per span of layers, with the majority class
     assert html.count('<rect class="heat"') == 3
     assert "layers 0-1 removed: 0.52</title>" in html and "majority class 0.51" in html
+
+
+def test_signature_and_primary_metric_come_first(client):
+    html = text(client.get("/alice/sst2-sentiment"))
+    header = html.split('<header class="page-header adapter-header">')[1].split("</header>")[0]
+    assert "signed by alice</span>" in header and "accuracy <strong>0.86</strong>" in header
+    assert "degenerate" not in html
+    # Every result card says the same, and the metric the adapter was selected by.
+    cards = text(client.get("/search?q=sent")).split('<li class="adapter-item">')[1:]
+    assert len(cards) == 2
+    assert all("signed by " in card for card in cards)
+    assert "accuracy <strong>0.86</strong>" in cards[0]
+    assert "5 downloads" in cards[0]
+
+
+def test_use_it_offers_pull_predict_python_and_huggingface_hub(client):
+    html = text(client.get("/alice/conll-ner"))
+    use = html[html.index('id="use-h"'):html.index('id="base-h"')]
+    assert "hub pull alice/conll-ner@1.0.0" in use
+    assert "hub predict alice/conll-ner@1.0.0 &#34;Angela Merkel visited Paris .&#34;" in use
+    assert "pull(&#34;alice/conll-ner@1.0.0&#34;, registry_remote(&#34;http://localhost&#34;))" in use
+    assert "AdapterHub(base=&#34;bert-base-cased&#34;)" in use
+    assert 'os.environ[&#34;HF_ENDPOINT&#34;] = &#34;http://localhost&#34;' in use
+    assert 'snapshot_download(&#34;alice/conll-ner&#34;, revision=&#34;1.0.0&#34;)' in use
+    assert use.count("data-copy") == 3
+    # The card's own usage section (with its NAMESPACE placeholder) and the facts shown
+    # beside it are left out of the rendered card.
+    card = html[html.index('<article class="markdown">'):html.index("</article>")]
+    assert "NAMESPACE" not in html and "Model details" not in card
 
 
 def test_adapter_page_lists_files_signature_and_versions(client, seeded_app):
@@ -155,16 +193,22 @@ def test_missing_things_are_html_404s(client, url):
     r = client.get(url)
     assert r.status_code == 404 and r.mimetype == "text/html"
     assert "Not Found" in text(r)
+    guess = url.split("/")[2] if url.count("/") > 1 else url.strip("/")
+    assert f'<a href="/search?q={guess}">Search for “{guess}”</a>' in text(r)
 
 
-def test_private_adapter_is_403_to_others_and_visible_to_members(seeded_app):
+def test_private_adapter_is_404_to_others_and_visible_to_members(seeded_app):
+    # The same answer as for an adapter that does not exist: nothing confirms it is there.
     anonymous = seeded_app.test_client()
     r = anonymous.get("/acme/secret-adapter")
-    assert r.status_code == 403 and "acme/secret-adapter is private." in text(r)
-    assert 'href="/login?next=/acme/secret-adapter"' in text(r)
+    assert r.status_code == 404 and "private" not in text(r)
+    assert "There is no adapter acme/secret-adapter that you can see without signing in." in text(r)
     bob = seeded_app.test_client()
     sign_in(bob, "bob")
-    assert bob.get("/acme/secret-adapter").status_code == 403
+    r = bob.get("/acme/secret-adapter")
+    assert r.status_code == 404 and "There is no adapter acme/secret-adapter." in text(r)
+    assert text(bob.get("/acme/no-such-adapter")).replace("no-such-adapter", "secret-adapter") \
+        == text(r)
     alice = seeded_app.test_client()
     sign_in(alice, "alice")
     r = alice.get("/acme/secret-adapter")

@@ -1,6 +1,7 @@
 """Seed data and fixtures for the web UI tests: signed bundles published through the service
 layer (`commits.commit`, the same policy an HTTP push goes through), web passwords, and helpers
-to sign in with a test client. Test modules import the fixtures they use from here."""
+to sign in with a test client, and a stub of `hub serve`'s /v1/predict for the "Try it" box.
+Test modules import the fixtures they use from here."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import json
 import re
 import shutil
 import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -156,3 +159,50 @@ def sign_in(client, name: str = "alice", password: str = PASSWORD):
     token = csrf_token(client.get("/login").get_data(as_text=True))
     return client.post("/login", data={"csrf_token": token, "name": name,
                                        "password": password, "next": "/"})
+
+
+# --- a stub of `hub serve` for the "Try it" box -------------------------------------------
+
+NER_TEXT = "Angela Merkel visited Paris ."
+ANSWERS = {
+    "alice/sst2-sentiment@1.1.0": {"label": "positive", "score": 0.93},
+    "alice/conll-ner@1.0.0": {
+        "entities": [{"text": "Angela Merkel", "type": "PER", "start": 0, "end": 13,
+                      "score": 0.91},
+                     {"text": "Paris", "type": "LOC", "start": 22, "end": 27, "score": 0.88}],
+        "tags": ["B-PER", "I-PER", "O", "B-LOC", "O"]},
+}
+
+
+class Stub(BaseHTTPRequestHandler):
+    """hub serve's /v1/predict: known adapters answer, others are refused as hub serve does."""
+
+    received: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        Stub.received.append({"path": self.path, **body})
+        answer = ANSWERS.get(body["adapter"])
+        if answer is None:
+            status, reply = 404, {"error": f"adapter {body['adapter']!r} is not served",
+                                  "hint": "start hub serve with --allow-pull"}
+        else:
+            status, reply = 200, {"adapter": body["adapter"],
+                                  "predictions": [{"text": body["inputs"][0], **answer}]}
+        data = json.dumps(reply).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def stub_url():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Stub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()

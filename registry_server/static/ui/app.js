@@ -1,7 +1,8 @@
 // Progressive enhancement only: every page works without this file.
 // 1. A "Copy" button next to each [data-copy] element.
 // 2. Live search: the search page updates its results as you type, keeping the URL in step.
-// 3. On a phone, the search filters start folded away unless one is in use.
+// 3. The "Try it" box of an adapter page answers without reloading the page.
+// 4. On a phone, the search filters start folded away unless one is in use.
 "use strict";
 
 function addCopyButtons() {
@@ -18,7 +19,22 @@ function addCopyButtons() {
         setTimeout(function () { button.textContent = "Copy"; }, 1500);
       });
     });
-    el.after(button);
+    // A code block's button goes after the block, not inside it.
+    (el.parentElement.tagName === "PRE" ? el.parentElement : el).after(button);
+  });
+}
+
+// The results heading stays the same element, a live region whose text changes, so screen
+// readers announce the new count (a freshly inserted region is not announced).
+function swapResults(fresh) {
+  var results = document.getElementById("results");
+  var heading = document.getElementById("results-h");
+  heading.textContent = fresh.querySelector("#results-h").textContent;
+  Array.from(results.children).forEach(function (child) {
+    if (child !== heading) child.remove();
+  });
+  Array.from(fresh.children).forEach(function (child) {
+    if (child.id !== "results-h") results.appendChild(document.adoptNode(child));
   });
 }
 
@@ -41,7 +57,7 @@ function liveSearch() {
         var doc = new DOMParser().parseFromString(html, "text/html");
         var fresh = doc.getElementById("results");
         if (!fresh) return;
-        document.getElementById("results").replaceWith(fresh);
+        swapResults(fresh);
         document.title = doc.title;
         history.replaceState(null, "", url);
       })
@@ -59,6 +75,32 @@ function liveSearch() {
   });
 }
 
+// The "Try it" form answers in place (the page does not reload); without this, a plain post.
+function tryItInPlace() {
+  var form = document.querySelector("form[data-try]");
+  var result = document.getElementById("try-result");
+  if (!form || !result || !window.fetch || !window.DOMParser) return;
+  var button = form.querySelector("button[type=submit]");
+  form.addEventListener("submit", function (event) {
+    event.preventDefault();
+    button.disabled = true;
+    button.textContent = "Running…";
+    fetch(form.action, { method: "POST", body: new FormData(form) })
+      .then(function (response) { return response.text(); })
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("try-result");
+        result.replaceChildren.apply(result, fresh ? Array.from(fresh.childNodes).map(function (node) {
+          return document.adoptNode(node);
+        }) : []);
+      })
+      .catch(function () { form.submit(); })
+      .finally(function () {
+        button.disabled = false;
+        button.textContent = "Run";
+      });
+  });
+}
+
 function foldFilters() {
   var filters = document.querySelector("details.filters");
   if (!filters || !window.matchMedia("(max-width: 700px)").matches) return;
@@ -71,5 +113,6 @@ function foldFilters() {
 document.addEventListener("DOMContentLoaded", function () {
   addCopyButtons();
   liveSearch();
+  tryItInPlace();
   foldFilters();
 });
