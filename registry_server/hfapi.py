@@ -15,7 +15,7 @@ from registry_server.auth import current_user, require_token, require_user
 from registry_server.blobhttp import blob_response, get_storage
 from registry_server.db import db
 from registry_server.errors import (BadRequest, Conflict, EntryNotFound, PayloadTooLarge,
-                                    RepoNotFound, error_response, header_safe)
+                                    RepoNotFound, Unsupported, error_response, header_safe)
 from registry_server.httputil import field, iso, json_body, public_url
 from registry_server.models import Adapter, Version, VersionFile
 from registry_server.services import accounts, commits, downloads, repos
@@ -29,7 +29,7 @@ WARNING_HEADER = "X-Registry-Warning"
 REPO_TYPES = "any(models,datasets,spaces)"
 
 
-def _repo(repo_type: str, namespace: str, name: str) -> Adapter:
+def get_repo(repo_type: str, namespace: str, name: str) -> Adapter:
     if repo_type != "models":
         raise RepoNotFound(f"{repo_type}/{namespace}/{name}: this registry holds models only",
                            repo_id=f"{namespace}/{name}")
@@ -71,8 +71,13 @@ def create_repo() -> Response:
 @bp.put(f"/api/<{REPO_TYPES}:repo_type>/<namespace>/<name>/settings")
 def repo_settings(repo_type: str, namespace: str, name: str) -> Response:
     user = require_user(write=True)
-    adapter = _repo(repo_type, namespace, name)
+    adapter = get_repo(repo_type, namespace, name)
     body = json_body()
+    if body.get("gated") not in (None, False):
+        raise Unsupported(f"gated access ({body['gated']!r}) is not supported: a repository "
+                          "here is public or private", repo_id=adapter.repo_id,
+                          hint="make it private (visibility='private') and add readers to "
+                               "its organisation")
     private = field(body, "private", bool)
     if private is None and field(body, "visibility", str) is not None:
         private = body["visibility"] == "private"
@@ -90,7 +95,7 @@ def validate_yaml() -> Response:
 @bp.post(f"/api/<{REPO_TYPES}:repo_type>/<namespace>/<name>/preupload/<revision>")
 def preupload(repo_type: str, namespace: str, name: str, revision: str) -> Response:
     user = require_user(write=True)
-    adapter = _repo(repo_type, namespace, name)
+    adapter = get_repo(repo_type, namespace, name)
     repos.require_writer(db.session, adapter.namespace, user)
     files = field(json_body(), "files", list, required=True)
     current = _files_at(adapter, revision)
@@ -125,7 +130,7 @@ def _files_at(adapter: Adapter, revision: str) -> dict[str, VersionFile]:
 @bp.post(f"/api/<{REPO_TYPES}:repo_type>/<namespace>/<name>/commit/<revision>")
 def commit(repo_type: str, namespace: str, name: str, revision: str) -> Response:
     user = require_user(write=True)
-    adapter = _repo(repo_type, namespace, name)
+    adapter = get_repo(repo_type, namespace, name)
     if revision != repos.MAIN:
         raise BadRequest(f"commits go to {repos.MAIN}; the version comes from manifest.json",
                          hint=f"push with revision={repos.MAIN}")
@@ -158,18 +163,19 @@ def xet_token(repo_type: str, namespace: str, name: str, revision: str) -> Respo
 @bp.get(f"/api/<{REPO_TYPES}:repo_type>/<namespace>/<name>")
 @bp.get(f"/api/<{REPO_TYPES}:repo_type>/<namespace>/<name>/revision/<revision>")
 def model_info(repo_type: str, namespace: str, name: str, revision: str | None = None) -> Response:
-    adapter = _repo(repo_type, namespace, name)
+    adapter = get_repo(repo_type, namespace, name)
     version = None
     if revision is not None or adapter.latest is not None:
         resolved = repos.resolve_revision(db.session, adapter, revision or repos.MAIN)
         version = resolved.version
-    response = jsonify(_info(adapter, version))
+    response = jsonify(info_json(adapter, version))
     _warn_if_yanked(response, version)
     return response
 
 
-def _info(adapter: Adapter, version: Version | None) -> dict:
-    files = version.files if version is not None else []
+def info_json(adapter: Adapter, version: Version | None, *, siblings: bool = True) -> dict:
+    """A repository as `model_info` and `list_models` read it."""
+    files = version.files if version is not None and siblings else []
     return {
         "_id": str(adapter.id), "id": adapter.repo_id, "modelId": adapter.repo_id,
         "author": adapter.namespace.name, "sha": version.commit_sha if version else None,
@@ -192,7 +198,7 @@ def _sibling(f: VersionFile) -> dict:
 @bp.get(f"/api/<{REPO_TYPES}:repo_type>/<namespace>/<name>/tree/<revision>")
 @bp.get(f"/api/<{REPO_TYPES}:repo_type>/<namespace>/<name>/tree/<revision>/<path:path>")
 def tree(repo_type: str, namespace: str, name: str, revision: str, path: str = "") -> Response:
-    adapter = _repo(repo_type, namespace, name)
+    adapter = get_repo(repo_type, namespace, name)
     version = repos.resolve_revision(db.session, adapter, revision).version
     recursive = request.args.get("recursive", "false").lower() == "true"
     prefix = path.strip("/") + "/" if path.strip("/") else ""
@@ -203,13 +209,9 @@ def tree(repo_type: str, namespace: str, name: str, revision: str, path: str = "
         rest = f.path[len(prefix):]
         if "/" in rest and not recursive:
             folder = prefix + rest.split("/", 1)[0]
-            entries[folder] = {"type": "directory", "path": folder, "oid": "0" * 40}
+            entries[folder] = folder_entry(folder)
             continue
-        entries[f.path] = {"type": "file", "path": f.path, "oid": f.blob.git_oid,
-                           "size": f.blob.size, **({"lfs": {"oid": f.blob_sha256,
-                                                           "size": f.blob.size,
-                                                           "pointerSize": LFS_POINTER_SIZE}}
-                                                  if f.path.endswith(LFS_SUFFIXES) else {})}
+        entries[f.path] = file_entry(f)
     if prefix and not entries:
         raise EntryNotFound(f"{adapter.repo_id}@{version.version} has no folder {path!r}",
                             repo_id=adapter.repo_id, revision=revision,
@@ -217,9 +219,22 @@ def tree(repo_type: str, namespace: str, name: str, revision: str, path: str = "
     return jsonify(list(entries.values()))
 
 
+def file_entry(f: VersionFile) -> dict:
+    """A file as the tree and paths-info list it."""
+    entry = {"type": "file", "path": f.path, "oid": f.blob.git_oid, "size": f.blob.size}
+    if f.path.endswith(LFS_SUFFIXES):
+        entry["lfs"] = {"oid": f.blob_sha256, "size": f.blob.size,
+                        "pointerSize": LFS_POINTER_SIZE}
+    return entry
+
+
+def folder_entry(path: str) -> dict:
+    return {"type": "directory", "path": path, "oid": "0" * 40}
+
+
 @bp.get(f"/api/<{REPO_TYPES}:repo_type>/<namespace>/<name>/refs")
 def refs(repo_type: str, namespace: str, name: str) -> Response:
-    adapter = _repo(repo_type, namespace, name)
+    adapter = get_repo(repo_type, namespace, name)
     main = adapter.latest
     tags = [{"name": v.version, "ref": f"refs/tags/{v.version}", "targetCommit": v.commit_sha}
             for v in repos.live_versions(db.session, adapter)]

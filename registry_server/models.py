@@ -166,6 +166,9 @@ class Adapter(Base):
     base_model_hash: Mapped[str | None] = mapped_column(String(KEY_ID_LEN), index=True)
     # Lower-cased name, description, tags and model card: what text search looks through.
     search_text: Mapped[str] = mapped_column(Text, default="")
+    # A deleted repository keeps its row, so its name (and so `name@version` pins) is never
+    # taken by another repository.
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     namespace: Mapped[Namespace] = relationship(lazy="joined")
     latest: Mapped[Version | None] = relationship(foreign_keys=[latest_version_id],
@@ -176,6 +179,17 @@ class Adapter(Base):
     @property
     def repo_id(self) -> str:
         return f"{self.namespace.name}/{self.name}"
+
+
+class RepoRedirect(Base):
+    """The name a repository had before it was moved: old ids and pins keep resolving."""
+
+    __tablename__ = "repo_redirects"
+
+    namespace: Mapped[str] = mapped_column(String(NAME_LEN), primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME_LEN), primary_key=True)
+    adapter_id: Mapped[int] = mapped_column(ForeignKey("adapters.id"), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class AdapterTag(Base):
@@ -258,5 +272,5 @@ class LfsUpload(Base):
 
 
 __all__ = ["Adapter", "AdapterTag", "Base", "Blob", "KeyChallenge", "LfsUpload", "Membership",
-           "Namespace", "PublicKey", "Token", "User", "Version", "VersionFile", "as_utc",
+           "Namespace", "PublicKey", "RepoRedirect", "Token", "User", "Version", "VersionFile", "as_utc",
            "utcnow"]

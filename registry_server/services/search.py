@@ -21,7 +21,7 @@ from registry_server.services.accounts import member_namespace_ids
 from registry_server.services import textsearch
 from registry_server.services.repos import pick_latest
 
-SORTS = ("downloads", "recent", "name")
+SORTS = ("downloads", "recent", "created", "name")
 T = TypeVar("T")
 
 
@@ -89,6 +89,7 @@ def search(session: Session, viewer: User | None, query: SearchQuery) -> Page[Ad
         stmt = stmt.where(text_match)
     order = {"downloads": (Adapter.downloads.desc(), Adapter.id.desc()),
              "recent": (Adapter.updated_at.desc(), Adapter.id.desc()),
+             "created": (Adapter.created_at.desc(), Adapter.id.desc()),
              "name": (Adapter.name, Adapter.id)}[query.sort]
     return _paginate(session, stmt.order_by(*order), query.page, query.per_page)
 
