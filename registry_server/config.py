@@ -24,6 +24,10 @@ DEFAULTS: dict[str, Any] = {
     "STORAGE": "",
     # S3-compatible endpoint (e.g. MinIO); empty means boto3's default (AWS_* variables).
     "S3_ENDPOINT_URL": "",
+    # With S3 storage, file downloads are answered 302 to a presigned URL valid this many
+    # seconds (the bytes go from the store to the client, not through the registry); 0: the
+    # registry serves them itself. Disk storage is always served directly.
+    "DOWNLOAD_URL_TTL": 300,
     # Run pending migrations when the app starts. Empty means: only for SQLite.
     "AUTO_MIGRATE": "",
     # Limits on what one commit may hold.

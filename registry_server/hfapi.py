@@ -246,11 +246,13 @@ def refs(repo_type: str, namespace: str, name: str) -> Response:
 @bp.route("/<namespace>/<name>/resolve/<revision>/<path:filename>", methods=["GET", "HEAD"])
 def resolve(namespace: str, name: str, revision: str, filename: str) -> Response:
     f = repos.locate_file(db.session, namespace, name, revision, filename, current_user())
-    response = blob_response(get_storage(), f.sha256, f.size)
+    response = blob_response(get_storage(), f.sha256, f.size,
+                             redirect_ttl=current_app.config["DOWNLOAD_URL_TTL"])
     response.headers["X-Repo-Commit"] = f.commit_sha
     response.headers["X-Linked-Size"] = str(f.size)
-    response.headers["Cache-Control"] = ("public, max-age=31536000, immutable"
-                                         if f.pinned and not f.private else "no-cache")
+    if response.status_code != 302:
+        response.headers["Cache-Control"] = ("public, max-age=31536000, immutable"
+                                             if f.pinned and not f.private else "no-cache")
     if f.warning:
         response.headers[WARNING_HEADER] = header_safe(f.warning)
     if _is_download(f, response):
@@ -259,12 +261,13 @@ def resolve(namespace: str, name: str, revision: str, filename: str) -> Response
 
 
 def _is_download(f: repos.FileRef, response: Response) -> bool:
-    """One download = one fetch of the weights from their first byte (not HEAD, not a resume)."""
+    """One download = one fetch of the weights from their first byte (not HEAD, not a resume);
+    a redirect to the store counts as the fetch it starts."""
     if request.method != "GET" or f.path != WEIGHTS:
         return False
+    from_start = request.range is None or request.range.ranges[0][0] == 0
     return response.status_code == 200 or (
-        response.status_code == 206 and request.range is not None
-        and request.range.ranges[0][0] == 0)
+        response.status_code in (206, 302) and from_start)
 
 
 def _warn_if_yanked(response: Response, version: Version | None) -> None:
