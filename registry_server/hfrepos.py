@@ -53,7 +53,8 @@ def list_models() -> Response:
                           f"{', '.join(sorted(set(SORTS) - {'last_modified', 'created_at'}))}")
     task, base_model, tags = _filters(args.getlist("filter"))
     query = search.SearchQuery(text=args.get("search", ""), namespace=args.get("author"),
-                               task=task, base_model=base_model, tags=tags, sort=SORTS[sort],
+                               task=task, base_model=base_model, tags=tags, kind=None,
+                               sort=SORTS[sort],
                                page=page, per_page=per_page)
     result = search.search(db.session, current_user(), query)
     full = args.get("full", "").lower() == "true"
