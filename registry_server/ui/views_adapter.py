@@ -7,8 +7,8 @@ from flask import render_template
 
 from registry_server.db import db
 from registry_server.errors import Forbidden, RepoNotFound
-from registry_server.models import Adapter, Version
-from registry_server.services import repos
+from registry_server.models import BASE, Adapter, Version
+from registry_server.services import bases, repos, search
 from registry_server.services import versions as version_service
 from registry_server.ui import chart, present, queries
 from registry_server.ui.blueprint import bp
@@ -47,6 +47,8 @@ def adapter_version(namespace: str, name: str, version: str):
 def _render(adapter: Adapter, versions: list[Version], shown: Version | None):
     if shown is None:
         return render_template("ui/adapter_empty.html", adapter=adapter)
+    if adapter.kind == BASE:
+        return _render_base(adapter, shown)
     manifest = shown.manifest
     epochs = manifest.get("metrics", {}).get("validation", [])
     panels = chart.panels(epochs)
@@ -62,4 +64,14 @@ def _render(adapter: Adapter, versions: list[Version], shown: Version | None):
         architecture_rows=present.architecture_rows(manifest),
         head_rows=present.head_rows(manifest), labels=manifest.get("head", {}).get("labels", []),
         signature=queries.signature(db.session, shown), same_base=same_base,
+        hosted_base=bases.find_by_hash(db.session, viewer(), shown.base_model_hash),
         pull=f"hub pull {adapter.repo_id}@{shown.version}")
+
+
+def _render_base(adapter: Adapter, shown: Version):
+    """A base model's page: the adapters trained on it, its files and its hashes."""
+    return render_template(
+        "ui/base_model.html", adapter=adapter, version=shown, card=render_card(shown.card),
+        compatible=search.compatible(db.session, viewer(), shown.base_model_hash),
+        files=[(f.path, f"{f.blob.size:,} bytes") for f in shown.files],
+        load=f'AutoModel.from_pretrained("{adapter.repo_id}", revision="{shown.version}")')

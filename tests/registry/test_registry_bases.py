@@ -143,3 +143,29 @@ def test_a_private_base_is_found_by_its_readers_only(registry, hf, alice, tiny_b
     _push(api, tiny_base_dir)
     assert _hosted(registry, base.info.content_hash).status_code == 404
     assert _hosted(registry, base.info.content_hash, alice).status_code == 200
+
+
+def test_the_adapter_page_links_its_base_and_the_base_page_lists_its_adapters(
+        registry, hf, signing_key, tiny_base_dir, tmp_path):
+    from conftest import signed_bundle
+
+    token = registry.user("bob", key=signing_key)
+    api = _api(hf, registry, token)
+    _push(api, tiny_base_dir, "bob/tiny-bert")
+    digest = content_hash(tiny_base_dir)
+    bundle = signed_bundle(tmp_path / "a", signing_key, name="sst2",
+                           base_model={"name": "tiny-bert", "content_hash": digest})
+    _push(api, bundle, "bob/sst2")
+    _push(api, signed_bundle(tmp_path / "b", signing_key, name="other"), "bob/other")
+
+    adapter_page = requests.get(f"{registry.url}/bob/sst2").text
+    assert 'Hosted here: <a href="/bob/tiny-bert/versions/1.0.0">bob/tiny-bert</a>' \
+        in adapter_page
+    assert "Hosted here" not in requests.get(f"{registry.url}/bob/other").text
+    base_page = requests.get(f"{registry.url}/bob/tiny-bert").text
+    assert "Compatible adapters" in base_page
+    assert 'href="/bob/sst2/versions/1.0.0"' in base_page
+    assert "/bob/other/" not in base_page
+    assert digest in base_page
+    assert 'AutoModel.from_pretrained(&#34;bob/tiny-bert&#34;, revision=&#34;1.0.0&#34;)' \
+        in base_page
