@@ -35,8 +35,9 @@ DEFAULTS: dict[str, Any] = {
     "MAX_BUNDLE_SIZE": 512 * MiB,
     "MAX_COMMIT_FILES": 16,
     # Answer "lfs" (Git LFS batch path) in preupload for files at least this large, for
-    # clients that sent `X-Hub-Lfs: 1`, or for everyone when LFS_UPLOADS is on. Off by default
-    # because the stock huggingface_hub client sends "lfs" files to Xet, which we do not speak.
+    # clients that sent `X-Hub-Lfs: 1`, or, when LFS_UPLOADS is on, for every client but
+    # huggingface_hub >= 1.20, which sends "lfs" files to Xet (not spoken here) and so is
+    # answered "regular" (inline).
     "LFS_UPLOADS": False,
     "LFS_MIN_SIZE": 1 * MiB,
     # Lifetime of a signed LFS upload URL, seconds.

@@ -5,6 +5,7 @@ and resolve (HEAD/GET with ranges). Only model repositories exist here.
 
 from __future__ import annotations
 
+import re
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
@@ -115,9 +116,25 @@ def preupload(repo_type: str, namespace: str, name: str, revision: str) -> Respo
 
 
 def _lfs_wanted(size: int) -> bool:
-    """Only clients that can do Git LFS get "lfs": the stock client would go to Xet instead."""
-    opted_in = current_app.config["LFS_UPLOADS"] or request.headers.get("X-Hub-Lfs") == "1"
-    return opted_in and size >= current_app.config["LFS_MIN_SIZE"]
+    """Only clients that do plain Git LFS get "lfs": huggingface_hub >= 1.20 sends every "lfs"
+    file to Xet (which this registry does not speak) when hf_xet is installed, as it is with
+    2.x, so it gets "regular" (inline, read in bounded memory) unless it opted in to LFS with
+    `X-Hub-Lfs: 1` (our client, which turns Xet off)."""
+    if size < current_app.config["LFS_MIN_SIZE"]:
+        return False
+    if request.headers.get("X-Hub-Lfs") == "1":
+        return True
+    return current_app.config["LFS_UPLOADS"] and not _sends_lfs_to_xet(request.user_agent.string)
+
+
+XET_CLIENT = re.compile(r"\bhf_hub/(\d+)\.(\d+)")
+FIRST_XET_ONLY = (1, 20)  # the first huggingface_hub that uploads "lfs" files through Xet only
+
+
+def _sends_lfs_to_xet(user_agent: str) -> bool:
+    """Whether the client is a huggingface_hub that would send "lfs" files to Xet."""
+    m = XET_CLIENT.search(user_agent)
+    return m is not None and (int(m[1]), int(m[2])) >= FIRST_XET_ONLY
 
 
 def _files_at(adapter: Adapter, revision: str) -> dict[str, VersionFile]:
