@@ -28,6 +28,8 @@ LFS_SUFFIXES = (".safetensors",)
 LFS_POINTER_SIZE = 134
 WARNING_HEADER = "X-Registry-Warning"
 REPO_TYPES = "any(models,datasets,spaces)"
+# What `update_repo_settings` may change here (gated only to false: never gated).
+SETTINGS = frozenset({"private", "visibility", "gated"})
 
 
 def get_repo(repo_type: str, namespace: str, name: str) -> Adapter:
@@ -74,6 +76,10 @@ def repo_settings(repo_type: str, namespace: str, name: str) -> Response:
     user = require_user(write=True)
     adapter = get_repo(repo_type, namespace, name)
     body = json_body()
+    unknown = sorted(set(body) - SETTINGS)
+    if unknown:
+        raise Unsupported(f"repository setting(s) {', '.join(unknown)} not supported here; "
+                          f"only {', '.join(sorted(SETTINGS))}", repo_id=adapter.repo_id)
     if body.get("gated") not in (None, False):
         raise Unsupported(f"gated access ({body['gated']!r}) is not supported: a repository "
                           "here is public or private", repo_id=adapter.repo_id,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import requests
 from conftest import signed_bundle
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
@@ -172,3 +173,8 @@ def test_tags_branches_and_gating_are_refused_with_a_typed_error(registry, hf, t
         assert text in str(e.value)
     assert api.model_info("alice/sst2").gated is False
     api.update_repo_settings("alice/sst2", gated=False)  # what it is already: accepted
+    answer = requests.put(f"{registry.url}/api/models/alice/sst2/settings",
+                          headers={"Authorization": f"Bearer {api.token}"},
+                          json={"discussionsDisabled": True})
+    assert (answer.status_code, answer.headers["X-Error-Code"]) == (400, "Unsupported")
+    assert "discussionsDisabled not supported" in answer.json()["error"]
