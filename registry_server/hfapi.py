@@ -18,7 +18,7 @@ from registry_server.db import db
 from registry_server.errors import (BadRequest, Conflict, EntryNotFound, PayloadTooLarge,
                                     RepoNotFound, Unsupported, error_response, header_safe)
 from registry_server.httputil import field, iso, json_body, public_url
-from registry_server.models import Adapter, Version, VersionFile
+from registry_server.models import BASE, Adapter, Version, VersionFile
 from registry_server.services import accounts, commits, downloads, repos
 
 bp = Blueprint("hfapi", __name__)
@@ -205,7 +205,7 @@ def info_json(adapter: Adapter, version: Version | None, *, siblings: bool = Tru
         "lastModified": iso(version.created_at if version else adapter.updated_at),
         "createdAt": iso(adapter.created_at), "private": adapter.private, "disabled": False,
         "gated": False, "downloads": adapter.downloads, "likes": 0,
-        "library_name": "adapter-hub", "tags": [t.tag for t in adapter.tags],
+        "library_name": "transformers" if adapter.kind == BASE else "adapter-hub", "tags": [t.tag for t in adapter.tags],
         "siblings": [_sibling(f) for f in files],
     }
 

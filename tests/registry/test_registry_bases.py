@@ -53,6 +53,7 @@ def test_a_pushed_base_loads_with_automodel_and_its_hashes_are_the_clients(
     info = api.model_info("alice/tiny-bert")
     assert info.sha == commit.oid
     assert "model.safetensors" in {s.rfilename for s in info.siblings}
+    assert info.library_name == "transformers" and "base-model" in info.tags
 
     hosted = _hosted(registry, base.info.content_hash).json()
     assert hosted["id"] == "alice/tiny-bert" and hosted["version"] == "1.0.0"
