@@ -35,7 +35,7 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     app.url_map.converters["int"] = httputil.IdConverter
     app.before_request(httputil.refuse_nul)
 
-    from registry_server import api, blobhttp, errors, hfapi, lfs
+    from registry_server import api, blobhttp, errors, hfapi, hfrepos, lfs
     from registry_server.db import db
     from registry_server.services import downloads
 
@@ -47,6 +47,7 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     app.register_blueprint(api.bp)
     app.register_blueprint(lfs.bp)
     app.register_blueprint(hfapi.bp)
+    app.register_blueprint(hfrepos.bp)
     from registry_server import ui
     ui.init_app(app)
     if app.config["AUTO_MIGRATE"]:

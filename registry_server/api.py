@@ -12,10 +12,10 @@ from flask import Blueprint, Response, current_app, jsonify, request
 
 from registry_server.auth import current_user, require_user
 from registry_server.db import db
-from registry_server.errors import BadRequest
+from registry_server.errors import BadRequest, NotFound
 from registry_server.httputil import MAX_PAGE, field, int_arg, iso, json_body
 from registry_server.models import Adapter, PublicKey, Token, Version
-from registry_server.services import accounts, repos, search, versions
+from registry_server.services import accounts, bases, repos, search, versions
 from hubcli.format.vocab import TASKS
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
@@ -145,6 +145,21 @@ def delete_version(namespace: str, name: str, version: str) -> Response:
     adapter = repos.get_adapter(db.session, namespace, name, user)
     versions.delete(db.session, adapter, user, version)
     return Response(status=204)
+
+
+@bp.get("/bases/<base_hash>")
+def hosted_base(base_hash: str) -> Response:
+    """Raises: NotFound: no base the caller may read has this content hash."""
+    version = bases.find_by_hash(db.session, current_user(), base_hash)
+    if version is None:
+        raise NotFound(f"no base model with content hash {base_hash} is hosted here",
+                       hint="push the base folder with `hub push --base DIR`")
+    return jsonify({"id": version.adapter.repo_id, "version": version.version,
+                    "commit": version.commit_sha, "content_hash": version.base_model_hash,
+                    "tokenizer_hash": version.tokenizer_hash,
+                    "model_type": version.manifest.get("model_type", ""),
+                    "files": [{"path": f.path, "size": f.blob.size, "sha256": f.blob_sha256}
+                              for f in version.files]})
 
 
 @bp.get("/bases/<base_hash>/adapters")

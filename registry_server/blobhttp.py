@@ -43,9 +43,12 @@ class _Plan:
                                       "Content-Range": f"bytes {start}-{stop - 1}/{size}"})
 
 
-def blob_response(storage: BlobStorage, sha256: str, size: int) -> Response:
+def blob_response(storage: BlobStorage, sha256: str, size: int, *,
+                  redirect_ttl: int = 0) -> Response:
     """A response serving the blob to the current request: HEAD, GET, a single byte range
-    (206), If-None-Match (304), with `ETag` set to the SHA-256.
+    (206), If-None-Match (304), with `ETag` set to the SHA-256. With `redirect_ttl` > 0 and a
+    store that hands out URLs (S3), a GET is answered 302 to a URL valid that many seconds,
+    as the Hub redirects to its CDN: the bytes never pass through the registry's workers.
 
     HEAD and 304 answers come from the size alone: no file is opened, no S3 call made.
 
@@ -55,6 +58,11 @@ def blob_response(storage: BlobStorage, sha256: str, size: int) -> Response:
     plan = _Plan.for_request(sha256, size)
     if plan.status == 304 or request.method == "HEAD" or plan.start == plan.stop:
         return Response(status=plan.status, headers=plan.headers, mimetype=OCTET_STREAM)
+    url = storage.download_url(sha256, redirect_ttl) if redirect_ttl > 0 else None
+    if url is not None:
+        # The store answers the range itself; the URL expires, so the answer is not cached.
+        return Response(status=302, headers={
+            "Location": url, "ETag": plan.headers["ETag"], "Cache-Control": "no-store"})
     whole = storage.local_file(sha256) if plan.status == 200 else None
     # The server's file wrapper: gunicorn hands a whole local file to sendfile().
     body = (wrap_file(request.environ, whole, CHUNK) if whole is not None

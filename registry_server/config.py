@@ -24,6 +24,10 @@ DEFAULTS: dict[str, Any] = {
     "STORAGE": "",
     # S3-compatible endpoint (e.g. MinIO); empty means boto3's default (AWS_* variables).
     "S3_ENDPOINT_URL": "",
+    # With S3 storage, file downloads are answered 302 to a presigned URL valid this many
+    # seconds (the bytes go from the store to the client, not through the registry); 0: the
+    # registry serves them itself. Disk storage is always served directly.
+    "DOWNLOAD_URL_TTL": 300,
     # Run pending migrations when the app starts. Empty means: only for SQLite.
     "AUTO_MIGRATE": "",
     # Limits on what one commit may hold.
@@ -31,8 +35,9 @@ DEFAULTS: dict[str, Any] = {
     "MAX_BUNDLE_SIZE": 512 * MiB,
     "MAX_COMMIT_FILES": 16,
     # Answer "lfs" (Git LFS batch path) in preupload for files at least this large, for
-    # clients that sent `X-Hub-Lfs: 1`, or for everyone when LFS_UPLOADS is on. Off by default
-    # because the stock huggingface_hub client sends "lfs" files to Xet, which we do not speak.
+    # clients that sent `X-Hub-Lfs: 1`, or, when LFS_UPLOADS is on, for every client but
+    # huggingface_hub >= 1.20, which sends "lfs" files to Xet (not spoken here) and so is
+    # answered "regular" (inline).
     "LFS_UPLOADS": False,
     "LFS_MIN_SIZE": 1 * MiB,
     # Lifetime of a signed LFS upload URL, seconds.

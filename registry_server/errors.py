@@ -83,6 +83,14 @@ class NotFound(ApiError, NotFoundError):
     code = codes.NOT_FOUND
 
 
+class Unsupported(ApiError):
+    """A Hub feature this registry does not have: refused, so a client never believes it
+    happened."""
+
+    status = 400
+    code = codes.UNSUPPORTED
+
+
 class Conflict(ApiError, ConflictError):
     status = 409
     code = codes.CONFLICT

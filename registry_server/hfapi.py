@@ -5,6 +5,7 @@ and resolve (HEAD/GET with ranges). Only model repositories exist here.
 
 from __future__ import annotations
 
+import re
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
@@ -15,9 +16,9 @@ from registry_server.auth import current_user, require_token, require_user
 from registry_server.blobhttp import blob_response, get_storage
 from registry_server.db import db
 from registry_server.errors import (BadRequest, Conflict, EntryNotFound, PayloadTooLarge,
-                                    RepoNotFound, error_response, header_safe)
+                                    RepoNotFound, Unsupported, error_response, header_safe)
 from registry_server.httputil import field, iso, json_body, public_url
-from registry_server.models import Adapter, Version, VersionFile
+from registry_server.models import BASE, Adapter, Version, VersionFile
 from registry_server.services import accounts, commits, downloads, repos
 
 bp = Blueprint("hfapi", __name__)
@@ -27,9 +28,11 @@ LFS_SUFFIXES = (".safetensors",)
 LFS_POINTER_SIZE = 134
 WARNING_HEADER = "X-Registry-Warning"
 REPO_TYPES = "any(models,datasets,spaces)"
+# What `update_repo_settings` may change here (gated only to false: never gated).
+SETTINGS = frozenset({"private", "visibility", "gated"})
 
 
-def _repo(repo_type: str, namespace: str, name: str) -> Adapter:
+def get_repo(repo_type: str, namespace: str, name: str) -> Adapter:
     if repo_type != "models":
         raise RepoNotFound(f"{repo_type}/{namespace}/{name}: this registry holds models only",
                            repo_id=f"{namespace}/{name}")
@@ -71,8 +74,17 @@ def create_repo() -> Response:
 @bp.put(f"/api/<{REPO_TYPES}:repo_type>/<namespace>/<name>/settings")
 def repo_settings(repo_type: str, namespace: str, name: str) -> Response:
     user = require_user(write=True)
-    adapter = _repo(repo_type, namespace, name)
+    adapter = get_repo(repo_type, namespace, name)
     body = json_body()
+    unknown = sorted(set(body) - SETTINGS)
+    if unknown:
+        raise Unsupported(f"repository setting(s) {', '.join(unknown)} not supported here; "
+                          f"only {', '.join(sorted(SETTINGS))}", repo_id=adapter.repo_id)
+    if body.get("gated") not in (None, False):
+        raise Unsupported(f"gated access ({body['gated']!r}) is not supported: a repository "
+                          "here is public or private", repo_id=adapter.repo_id,
+                          hint="make it private (visibility='private') and add readers to "
+                               "its organisation")
     private = field(body, "private", bool)
     if private is None and field(body, "visibility", str) is not None:
         private = body["visibility"] == "private"
@@ -90,7 +102,7 @@ def validate_yaml() -> Response:
 @bp.post(f"/api/<{REPO_TYPES}:repo_type>/<namespace>/<name>/preupload/<revision>")
 def preupload(repo_type: str, namespace: str, name: str, revision: str) -> Response:
     user = require_user(write=True)
-    adapter = _repo(repo_type, namespace, name)
+    adapter = get_repo(repo_type, namespace, name)
     repos.require_writer(db.session, adapter.namespace, user)
     files = field(json_body(), "files", list, required=True)
     current = _files_at(adapter, revision)
@@ -110,9 +122,25 @@ def preupload(repo_type: str, namespace: str, name: str, revision: str) -> Respo
 
 
 def _lfs_wanted(size: int) -> bool:
-    """Only clients that can do Git LFS get "lfs": the stock client would go to Xet instead."""
-    opted_in = current_app.config["LFS_UPLOADS"] or request.headers.get("X-Hub-Lfs") == "1"
-    return opted_in and size >= current_app.config["LFS_MIN_SIZE"]
+    """Only clients that do plain Git LFS get "lfs": huggingface_hub >= 1.20 sends every "lfs"
+    file to Xet (which this registry does not speak) when hf_xet is installed, as it is with
+    2.x, so it gets "regular" (inline, read in bounded memory) unless it opted in to LFS with
+    `X-Hub-Lfs: 1` (our client, which turns Xet off)."""
+    if size < current_app.config["LFS_MIN_SIZE"]:
+        return False
+    if request.headers.get("X-Hub-Lfs") == "1":
+        return True
+    return current_app.config["LFS_UPLOADS"] and not _sends_lfs_to_xet(request.user_agent.string)
+
+
+XET_CLIENT = re.compile(r"\bhf_hub/(\d+)\.(\d+)")
+FIRST_XET_ONLY = (1, 20)  # the first huggingface_hub that uploads "lfs" files through Xet only
+
+
+def _sends_lfs_to_xet(user_agent: str) -> bool:
+    """Whether the client is a huggingface_hub that would send "lfs" files to Xet."""
+    m = XET_CLIENT.search(user_agent)
+    return m is not None and (int(m[1]), int(m[2])) >= FIRST_XET_ONLY
 
 
 def _files_at(adapter: Adapter, revision: str) -> dict[str, VersionFile]:
@@ -125,7 +153,7 @@ def _files_at(adapter: Adapter, revision: str) -> dict[str, VersionFile]:
 @bp.post(f"/api/<{REPO_TYPES}:repo_type>/<namespace>/<name>/commit/<revision>")
 def commit(repo_type: str, namespace: str, name: str, revision: str) -> Response:
     user = require_user(write=True)
-    adapter = _repo(repo_type, namespace, name)
+    adapter = get_repo(repo_type, namespace, name)
     if revision != repos.MAIN:
         raise BadRequest(f"commits go to {repos.MAIN}; the version comes from manifest.json",
                          hint=f"push with revision={repos.MAIN}")
@@ -158,25 +186,26 @@ def xet_token(repo_type: str, namespace: str, name: str, revision: str) -> Respo
 @bp.get(f"/api/<{REPO_TYPES}:repo_type>/<namespace>/<name>")
 @bp.get(f"/api/<{REPO_TYPES}:repo_type>/<namespace>/<name>/revision/<revision>")
 def model_info(repo_type: str, namespace: str, name: str, revision: str | None = None) -> Response:
-    adapter = _repo(repo_type, namespace, name)
+    adapter = get_repo(repo_type, namespace, name)
     version = None
     if revision is not None or adapter.latest is not None:
         resolved = repos.resolve_revision(db.session, adapter, revision or repos.MAIN)
         version = resolved.version
-    response = jsonify(_info(adapter, version))
+    response = jsonify(info_json(adapter, version))
     _warn_if_yanked(response, version)
     return response
 
 
-def _info(adapter: Adapter, version: Version | None) -> dict:
-    files = version.files if version is not None else []
+def info_json(adapter: Adapter, version: Version | None, *, siblings: bool = True) -> dict:
+    """A repository as `model_info` and `list_models` read it."""
+    files = version.files if version is not None and siblings else []
     return {
         "_id": str(adapter.id), "id": adapter.repo_id, "modelId": adapter.repo_id,
         "author": adapter.namespace.name, "sha": version.commit_sha if version else None,
         "lastModified": iso(version.created_at if version else adapter.updated_at),
         "createdAt": iso(adapter.created_at), "private": adapter.private, "disabled": False,
         "gated": False, "downloads": adapter.downloads, "likes": 0,
-        "library_name": "adapter-hub", "tags": [t.tag for t in adapter.tags],
+        "library_name": "transformers" if adapter.kind == BASE else "adapter-hub", "tags": [t.tag for t in adapter.tags],
         "siblings": [_sibling(f) for f in files],
     }
 
@@ -192,7 +221,7 @@ def _sibling(f: VersionFile) -> dict:
 @bp.get(f"/api/<{REPO_TYPES}:repo_type>/<namespace>/<name>/tree/<revision>")
 @bp.get(f"/api/<{REPO_TYPES}:repo_type>/<namespace>/<name>/tree/<revision>/<path:path>")
 def tree(repo_type: str, namespace: str, name: str, revision: str, path: str = "") -> Response:
-    adapter = _repo(repo_type, namespace, name)
+    adapter = get_repo(repo_type, namespace, name)
     version = repos.resolve_revision(db.session, adapter, revision).version
     recursive = request.args.get("recursive", "false").lower() == "true"
     prefix = path.strip("/") + "/" if path.strip("/") else ""
@@ -203,13 +232,9 @@ def tree(repo_type: str, namespace: str, name: str, revision: str, path: str = "
         rest = f.path[len(prefix):]
         if "/" in rest and not recursive:
             folder = prefix + rest.split("/", 1)[0]
-            entries[folder] = {"type": "directory", "path": folder, "oid": "0" * 40}
+            entries[folder] = folder_entry(folder)
             continue
-        entries[f.path] = {"type": "file", "path": f.path, "oid": f.blob.git_oid,
-                           "size": f.blob.size, **({"lfs": {"oid": f.blob_sha256,
-                                                           "size": f.blob.size,
-                                                           "pointerSize": LFS_POINTER_SIZE}}
-                                                  if f.path.endswith(LFS_SUFFIXES) else {})}
+        entries[f.path] = file_entry(f)
     if prefix and not entries:
         raise EntryNotFound(f"{adapter.repo_id}@{version.version} has no folder {path!r}",
                             repo_id=adapter.repo_id, revision=revision,
@@ -217,9 +242,22 @@ def tree(repo_type: str, namespace: str, name: str, revision: str, path: str = "
     return jsonify(list(entries.values()))
 
 
+def file_entry(f: VersionFile) -> dict:
+    """A file as the tree and paths-info list it."""
+    entry = {"type": "file", "path": f.path, "oid": f.blob.git_oid, "size": f.blob.size}
+    if f.path.endswith(LFS_SUFFIXES):
+        entry["lfs"] = {"oid": f.blob_sha256, "size": f.blob.size,
+                        "pointerSize": LFS_POINTER_SIZE}
+    return entry
+
+
+def folder_entry(path: str) -> dict:
+    return {"type": "directory", "path": path, "oid": "0" * 40}
+
+
 @bp.get(f"/api/<{REPO_TYPES}:repo_type>/<namespace>/<name>/refs")
 def refs(repo_type: str, namespace: str, name: str) -> Response:
-    adapter = _repo(repo_type, namespace, name)
+    adapter = get_repo(repo_type, namespace, name)
     main = adapter.latest
     tags = [{"name": v.version, "ref": f"refs/tags/{v.version}", "targetCommit": v.commit_sha}
             for v in repos.live_versions(db.session, adapter)]
@@ -231,11 +269,13 @@ def refs(repo_type: str, namespace: str, name: str) -> Response:
 @bp.route("/<namespace>/<name>/resolve/<revision>/<path:filename>", methods=["GET", "HEAD"])
 def resolve(namespace: str, name: str, revision: str, filename: str) -> Response:
     f = repos.locate_file(db.session, namespace, name, revision, filename, current_user())
-    response = blob_response(get_storage(), f.sha256, f.size)
+    response = blob_response(get_storage(), f.sha256, f.size,
+                             redirect_ttl=current_app.config["DOWNLOAD_URL_TTL"])
     response.headers["X-Repo-Commit"] = f.commit_sha
     response.headers["X-Linked-Size"] = str(f.size)
-    response.headers["Cache-Control"] = ("public, max-age=31536000, immutable"
-                                         if f.pinned and not f.private else "no-cache")
+    if response.status_code != 302:
+        response.headers["Cache-Control"] = ("public, max-age=31536000, immutable"
+                                             if f.pinned and not f.private else "no-cache")
     if f.warning:
         response.headers[WARNING_HEADER] = header_safe(f.warning)
     if _is_download(f, response):
@@ -244,12 +284,13 @@ def resolve(namespace: str, name: str, revision: str, filename: str) -> Response
 
 
 def _is_download(f: repos.FileRef, response: Response) -> bool:
-    """One download = one fetch of the weights from their first byte (not HEAD, not a resume)."""
+    """One download = one fetch of the weights from their first byte (not HEAD, not a resume);
+    a redirect to the store counts as the fetch it starts."""
     if request.method != "GET" or f.path != WEIGHTS:
         return False
+    from_start = request.range is None or request.range.ranges[0][0] == 0
     return response.status_code == 200 or (
-        response.status_code == 206 and request.range is not None
-        and request.range.ranges[0][0] == 0)
+        response.status_code in (206, 302) and from_start)
 
 
 def _warn_if_yanked(response: Response, version: Version | None) -> None:

@@ -19,6 +19,9 @@ from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, ForeignKey, Index, 
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 NAME_LEN = 96
+# What a repository holds, fixed by its first version: a signed adapter bundle (manifest.json),
+# or a base model (config.json and safetensors weights) that adapters are trained on.
+ADAPTER, BASE = "adapter", "base"
 KEY_ID_LEN = 71  # "sha256:" + 64 hex
 
 NAMING = {
@@ -151,6 +154,8 @@ class Adapter(Base):
     namespace_id: Mapped[int] = mapped_column(ForeignKey("namespaces.id"))
     name: Mapped[str] = mapped_column(String(NAME_LEN))
     private: Mapped[bool] = mapped_column(Boolean, default=False)
+    kind: Mapped[str] = mapped_column(String(8), default=ADAPTER, server_default=ADAPTER,
+                                      index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow,
                                                  index=True)
@@ -166,6 +171,9 @@ class Adapter(Base):
     base_model_hash: Mapped[str | None] = mapped_column(String(KEY_ID_LEN), index=True)
     # Lower-cased name, description, tags and model card: what text search looks through.
     search_text: Mapped[str] = mapped_column(Text, default="")
+    # A deleted repository keeps its row, so its name (and so `name@version` pins) is never
+    # taken by another repository.
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     namespace: Mapped[Namespace] = relationship(lazy="joined")
     latest: Mapped[Version | None] = relationship(foreign_keys=[latest_version_id],
@@ -178,6 +186,17 @@ class Adapter(Base):
         return f"{self.namespace.name}/{self.name}"
 
 
+class RepoRedirect(Base):
+    """The name a repository had before it was moved: old ids and pins keep resolving."""
+
+    __tablename__ = "repo_redirects"
+
+    namespace: Mapped[str] = mapped_column(String(NAME_LEN), primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME_LEN), primary_key=True)
+    adapter_id: Mapped[int] = mapped_column(ForeignKey("adapters.id"), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class AdapterTag(Base):
     __tablename__ = "adapter_tags"
 
@@ -186,7 +205,11 @@ class AdapterTag(Base):
 
 
 class Version(Base):
-    """One pushed version: immutable except for its yank and delete marks."""
+    """One pushed version: immutable except for its yank and delete marks.
+
+    For a base model, `base_model_name` is the repository itself, `base_model_hash` the
+    content hash of its weights (so one index finds adapters and their base alike),
+    `manifest` what was read from it, and `signer_key_id` empty (bases are not signed)."""
 
     __tablename__ = "versions"
     __table_args__ = (
@@ -209,6 +232,9 @@ class Version(Base):
     head_type: Mapped[str] = mapped_column(String(32))
     base_model_name: Mapped[str] = mapped_column(String(256))
     base_model_hash: Mapped[str] = mapped_column(String(KEY_ID_LEN))
+    # The base's tokenizer hash (recorded in an adapter's manifest; computed for a base, when
+    # its tokenizer is one the registry can read), indexed beside the content hash.
+    tokenizer_hash: Mapped[str | None] = mapped_column(String(KEY_ID_LEN), index=True)
     signer_key_id: Mapped[str] = mapped_column(String(KEY_ID_LEN))
     pushed_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -257,6 +283,6 @@ class LfsUpload(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
-__all__ = ["Adapter", "AdapterTag", "Base", "Blob", "KeyChallenge", "LfsUpload", "Membership",
-           "Namespace", "PublicKey", "Token", "User", "Version", "VersionFile", "as_utc",
+__all__ = ["ADAPTER", "BASE", "Adapter", "AdapterTag", "Base", "Blob", "KeyChallenge", "LfsUpload", "Membership",
+           "Namespace", "PublicKey", "RepoRedirect", "Token", "User", "Version", "VersionFile", "as_utc",
            "utcnow"]

@@ -52,6 +52,11 @@ class BlobStorage(ABC):
     def read_span(self, sha256: str, start: int, stop: int) -> Iterator[bytes]:
         """Bytes [start, stop) of the blob, in chunks."""
 
+    def download_url(self, sha256: str, ttl: int) -> str | None:
+        """A URL that serves the blob to anyone holding it for `ttl` seconds (ranges too), so
+        its bytes need not pass through the registry; None: the registry serves it itself."""
+        return None
+
     @abstractmethod
     def delete(self, sha256: str) -> None: ...
 
@@ -183,6 +188,12 @@ class S3Storage(BlobStorage):
         obj = self.client.get_object(Bucket=self.bucket, Key=self.key(sha256),
                                      Range=f"bytes={start}-{stop - 1}")
         return obj["Body"].iter_chunks(CHUNK)
+
+    def download_url(self, sha256: str, ttl: int) -> str:
+        # Signed locally (no request to S3): costs microseconds, and the URL is GET-only.
+        return self.client.generate_presigned_url(
+            "get_object", Params={"Bucket": self.bucket, "Key": self.key(sha256)},
+            ExpiresIn=ttl)
 
     def delete(self, sha256: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=self.key(sha256))

@@ -10,13 +10,13 @@ still load through transformers (`hubcli.base.load.load_tokenizer`).
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
 
-# tokenizer_config.json's class names this module stands in for, and the inputs they return.
-BERT_CLASSES = ("BertTokenizer", "BertTokenizerFast")
+from hubcli.format.base_identity import is_bert_tokenizer, special_tokens
+
+# The inputs a BERT tokenizer returns.
 BERT_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "vocab.txt")
@@ -24,12 +24,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 def supports(path: Path) -> bool:
     """Whether `path` holds a tokenizer.json of a BERT tokenizer this class can stand in for."""
-    try:
-        config = json.loads((path / "tokenizer_config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return (path / "tokenizer.json").is_file() and isinstance(config, dict) \
-        and config.get("tokenizer_class") in BERT_CLASSES
+    return is_bert_tokenizer(path)
 
 
 class Encoding(dict):
@@ -58,7 +53,7 @@ class FastTokenizer:
         # transformers sets truncation and padding per call; the file's own settings must not leak
         self.backend_tokenizer.no_truncation()
         self.backend_tokenizer.no_padding()
-        self.special_tokens_map = _special_tokens(self.path)
+        self.special_tokens_map = special_tokens(self.path)
         self.pad_token_id = self.backend_tokenizer.token_to_id(
             self.special_tokens_map.get("pad_token", "[PAD]")) or 0
 
@@ -129,18 +124,3 @@ class FastTokenizer:
             if offsets:
                 data["offset_mapping"].append(list(w.offsets) + [(0, 0)] * pad)
         return data
-
-
-def _special_tokens(path: Path) -> dict[str, str]:
-    """The special-token names of the folder (special_tokens_map.json, else
-    tokenizer_config.json), as transformers' `special_tokens_map` gives them."""
-    found: dict[str, str] = {}
-    for name in ("tokenizer_config.json", "special_tokens_map.json"):  # the latter wins
-        try:
-            doc = json.loads((path / name).read_text())
-        except (OSError, ValueError):
-            continue
-        for key, value in doc.items() if isinstance(doc, dict) else ():
-            if key.endswith("_token") and value is not None:
-                found[key] = value["content"] if isinstance(value, dict) else str(value)
-    return found

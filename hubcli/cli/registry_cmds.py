@@ -129,18 +129,24 @@ def keys_list(registry: str | None, token: str | None, as_json: bool) -> None:
               show_default=True, help="our registry, or the Hugging Face Hub")
 @click.option("--repo", help="NAMESPACE/NAME [default: your user name / the manifest's name]")
 @click.option("--private", is_flag=True, help="create the repository private")
+@click.option("--base", "is_base", is_flag=True,
+              help="DIRECTORY is a base model folder (safetensors weights, config.json, "
+                   "tokenizer files), published for adapters to be found against "
+                   "[default repo: your user name / the folder's name]")
 @REGISTRY
 @TOKEN
 @QUIET
 @JSON
-def push(directory: Path, target: str, repo: str | None, private: bool, registry: str | None,
-         token: str | None, quiet: bool, as_json: bool) -> None:
-    """Publish a signed bundle; its manifest's version becomes a tag."""
+def push(directory: Path, target: str, repo: str | None, private: bool, is_base: bool,
+         registry: str | None, token: str | None, quiet: bool, as_json: bool) -> None:
+    """Publish a signed bundle; its manifest's version becomes a tag. With --base, publish a
+    base model folder instead (the registry numbers its versions)."""
     from hubcli.remote import client as remote_api
+    from hubcli.remote.bases import push_base
 
     remote = _remote(target, registry, token, quiet)
-    result = remote_api.push_bundle(remote, directory, repo_id=repo, private=private,
-                                    notify=_say(quiet))
+    publish = push_base if is_base else remote_api.push_bundle
+    result = publish(remote, directory, repo_id=repo, private=private, notify=_say(quiet))
     if as_json:
         echo_json({"repo_id": result.repo_id, "version": result.version,
                    "commit": result.commit, "url": result.url, "created": result.created,

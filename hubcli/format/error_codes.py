@@ -25,6 +25,9 @@ INSUFFICIENT_STORAGE = "InsufficientStorage"
 STORAGE_UNAVAILABLE = "StorageUnavailable"
 INTERNAL_ERROR = "InternalError"
 XET_UNSUPPORTED = "XetUnsupported"
+# A Hub feature this registry does not have (git tags and branches: versions are the tags;
+# gated access): refused, never answered 200 and ignored.
+UNSUPPORTED = "Unsupported"
 CSRF_REJECTED = "CsrfRejected"  # web forms only; the client never posts one
 
 # every constant above, so that adding a code is one line

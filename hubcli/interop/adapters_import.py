@@ -64,8 +64,8 @@ def import_adapters(src: str, out: Path, *, base: str | None = None, name: str |
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".hub-import-") as tmp:
         notify(f"downloading {repo_id} from {remote.endpoint}")
-        folder = download_snapshot(remote, repo_id, revision or "main", Path(tmp),
-                                   (ADAPTER_CONFIG, HEAD_CONFIG, *ADAPTER_WEIGHTS, *HEAD_WEIGHTS))
+        folder = download_snapshot(remote, repo_id, revision or "main", Path(tmp), patterns=(
+            ADAPTER_CONFIG, HEAD_CONFIG, *ADAPTER_WEIGHTS, *HEAD_WEIGHTS))
         # the snapshot folder is named by the commit downloaded: pin it in the manifest
         return import_adapters_dir(folder, out, base=base, name=name or repo_id.split("/")[1],
                                    location=f"{HF_SCHEME}{repo_id}@{folder.name}",

@@ -10,7 +10,7 @@ native JSON API under /api/v1.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -213,18 +213,27 @@ def _require_same_files(api, repo_id: str, version: str, directory: Path,
 
 # --- pull --------------------------------------------------------------------------------
 
-def download_snapshot(remote: Remote, repo_id: str, revision: str, cache_dir: Path,
-                      files: tuple[str, ...] = tuple(ALLOWED_FILES)) -> Path:
-    """Download `files` (default: the bundle files) of `repo_id` at `revision`, those it has,
-    into the Hugging Face cache layout under `cache_dir`; returns the snapshot folder (its
-    files are links into blobs/).
+def download_snapshot(remote: Remote, repo_id: str, revision: str, cache_dir: Path, *,
+                      patterns: Iterable[str] = ALLOWED_FILES) -> Path:
+    """Download the files of `repo_id` at `revision` that match `patterns` (default: the
+    bundle's) into the Hugging Face cache layout under `cache_dir`; returns the snapshot
+    folder (its files are links into blobs/).
 
     Raises:
         NotFoundError: no such repository or revision. AuthError, RegistryError.
     """
     with client(remote) as api, translated(remote, repo_id=repo_id, revision=revision):
         return Path(api.snapshot_download(repo_id, revision=revision, cache_dir=str(cache_dir),
-                                          allow_patterns=list(files)))
+                                          allow_patterns=list(patterns)))
+
+
+def purge_snapshot(snapshot: Path) -> None:
+    """Remove a snapshot folder and the cached blobs its files link to."""
+    for entry in snapshot.iterdir():
+        if entry.is_symlink():
+            entry.resolve().unlink(missing_ok=True)
+        entry.unlink()
+    snapshot.rmdir()
 
 
 # --- native API (our registry only) --------------------------------------------------------

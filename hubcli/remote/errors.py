@@ -28,7 +28,7 @@ CODE_HINTS: dict[str, str | None] = {
         codes.CONFLICT, codes.KEY_PROOF_REJECTED, codes.INVALID_BUNDLE,
         codes.METHOD_NOT_ALLOWED, codes.RANGE_NOT_SATISFIABLE, codes.INSUFFICIENT_STORAGE,
         codes.STORAGE_UNAVAILABLE, codes.INTERNAL_ERROR, codes.XET_UNSUPPORTED,
-        codes.CSRF_REJECTED)},
+        codes.CSRF_REJECTED, codes.UNSUPPORTED)},
 }
 
 

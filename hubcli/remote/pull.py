@@ -21,7 +21,8 @@ from hubcli.remote import pull_records as pulled
 from hubcli.errors import HubError, NotFoundError, RegistryError, UsageError
 from hubcli.format.vocab import ADAPTER_REF as REF
 from hubcli.fsutil import staged_dir
-from hubcli.remote.client import MAIN, REGISTRY, Remote, download_snapshot, namespace_keys, version_info
+from hubcli.remote.client import (MAIN, REGISTRY, Remote, download_snapshot, namespace_keys,
+                                  purge_snapshot, version_info)
 from hubcli.settings import ADAPTERS_DIR, HF_CACHE_DIR, home_path, save_config
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -54,7 +55,8 @@ def parse_ref(ref: str) -> tuple[str, str | None]:
 def pull(ref: str, remote: Remote, *, allow_unsigned: bool = False,
          notify: Callable[[str], None] = lambda _m: None) -> PullResult:
     """Download, verify and record `ref` from `remote`; it becomes the last pulled adapter.
-    With `allow_unsigned`, a bundle that is unsigned or signed by an unknown key is kept (the
+    When its base is not on this machine and the registry hosts it (found by content hash),
+    the base is downloaded and checked too. With `allow_unsigned`, a bundle that is unsigned or signed by an unknown key is kept (the
     Hugging Face Hub does not require signatures); files that changed after signing never are.
 
     Raises:
@@ -62,6 +64,7 @@ def pull(ref: str, remote: Remote, *, allow_unsigned: bool = False,
         NotFoundError, AuthError, RegistryError: the remote refused or cannot be reached.
         SignatureError, BundleError, ManifestError: the download does not verify (and was
             removed from the cache).
+        ModelError: the registry's copy of the base does not hash as the manifest says.
     """
     repo_id, wanted = parse_ref(ref)
     keys = _registry_keys(remote, repo_id.split("/")[0])
@@ -83,9 +86,27 @@ def pull(ref: str, remote: Remote, *, allow_unsigned: bool = False,
                                datetime.now(timezone.utc).isoformat(timespec="seconds"))
     pulled.add(record)
     save_config({LAST_PULLED: record.ref})
+    _fetch_missing_base(remote, manifest["base_model"], notify)
     # `main` never resolves to a yanked version; only an exact one can be yanked
     warnings = _yank_warning(remote, record) if wanted is not None else []
     return PullResult(record, _signer(verdict), describe_base(manifest), tuple(warnings))
+
+
+def _fetch_missing_base(remote: Remote, base: dict, notify: Callable[[str], None]) -> None:
+    """Download the adapter's base from the registry, found by its content hash, when this
+    machine has no copy, and remember it where `find_base` looks.
+
+    Raises:
+        ModelError: the registry's base does not hash as the manifest says (not kept).
+    """
+    from hubcli.base.ref import find_base, remember_base
+    from hubcli.remote.bases import fetch_base
+
+    if find_base(base["content_hash"]) is not None:
+        return
+    fetched = fetch_base(remote, base["content_hash"], base.get("tokenizer_hash"), notify)
+    if fetched is not None:
+        remember_base(base["content_hash"], fetched[0], str(fetched[1]))
 
 
 def _check_version(repo_id: str, wanted: str | None, got: str) -> None:
@@ -116,15 +137,6 @@ def _verify_into(snapshot: Path, final: Path, keys: list[bytes], allow_unsigned:
             e.args = (str(e).replace(str(stage), f"{label} (downloaded)"),)
             raise
     return verdict
-
-
-def purge_snapshot(snapshot: Path) -> None:
-    """Remove a snapshot folder and the cached blobs its files link to."""
-    for entry in snapshot.iterdir():
-        if entry.is_symlink():
-            entry.resolve().unlink(missing_ok=True)
-        entry.unlink()
-    snapshot.rmdir()
 
 
 def _signer(verdict) -> str:

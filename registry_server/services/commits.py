@@ -36,8 +36,9 @@ from registry_server import semver
 from registry_server.db import insert_ignore
 from registry_server.errors import (BadRequest, Conflict, PayloadTooLarge, Rejected,
                                     SignatureRejected)
-from registry_server.models import (Adapter, Blob, LfsUpload, User, Version, VersionFile,
-                                    utcnow)
+from registry_server.models import (ADAPTER, BASE, Adapter, Blob, LfsUpload, User, Version,
+                                    VersionFile, utcnow)
+from registry_server.services import bases
 from registry_server.services.accounts import list_public_keys
 from registry_server.services.repos import refresh_latest, require_writer, resolve_revision
 from registry_server.storage import BlobStorage
@@ -116,10 +117,13 @@ def commit(session: Session, storage: BlobStorage, adapter: Adapter, user: User,
     bundle = workdir / "bundle"
     bundle.mkdir()
     _materialise(storage, tree, bundle)
-    manifest, signer = _check_policy(session, adapter, user, bundle, tree)
-    version_name = manifest["version"]
     digest = tree_digest(tree)
-    existing = _existing(session, adapter, version_name, digest)
+    if bases.is_base_push(session, adapter, set(tree)):
+        existing = bases.same_content(session, adapter, digest)
+        fields = None if existing else _base_fields(session, adapter, bundle, tree)
+    else:
+        fields = _adapter_fields(*_check_policy(session, adapter, user, bundle, tree))
+        existing = _existing(session, adapter, fields.version, digest)
     if existing is not None:
         return CommitResult(existing, created=False)
     # Every SHA-256 is known already (computed on upload); only new blobs need a git SHA-1.
@@ -129,8 +133,37 @@ def commit(session: Session, storage: BlobStorage, adapter: Adapter, user: User,
         if entry.source is not None:
             storage.put(entry.sha256, bundle / path)
     card = _read_card(bundle)
-    return _record(session, adapter, user, request.summary, manifest, signer, digest, card,
-                   tree, hashes)
+    return _record(session, adapter, user, request.summary, fields, digest, card, tree, hashes)
+
+
+@dataclass(frozen=True)
+class _Fields:
+    """What a new version's row records besides its files."""
+
+    kind: str
+    version: str
+    manifest: dict
+    task: str
+    head_type: str
+    base_model_name: str
+    base_model_hash: str
+    tokenizer_hash: str | None
+    signer_key_id: str
+
+
+def _adapter_fields(manifest: dict, signer: str) -> _Fields:
+    base = manifest["base_model"]
+    return _Fields(ADAPTER, manifest["version"], manifest, manifest["task"],
+                   manifest["head"]["type"], base["name"], base["content_hash"],
+                   base.get("tokenizer_hash"), signer)
+
+
+def _base_fields(session: Session, adapter: Adapter, bundle: Path,
+                 tree: dict[str, _Entry]) -> _Fields:
+    """Raises: Rejected: not a base model folder (see `bases.describe`)."""
+    record = bases.describe(adapter, bundle, set(tree))
+    return _Fields(BASE, bases.next_version(session, adapter), record, "", "", adapter.repo_id,
+                   record["content_hash"], record["tokenizer_hash"], "")
 
 
 def _build_tree(session: Session, adapter: Adapter, request: CommitRequest) -> dict[str, _Entry]:
@@ -311,11 +344,11 @@ def _read_card(bundle: Path) -> str:
     return card
 
 
-def _record(session: Session, adapter: Adapter, user: User, summary: str, manifest: dict,
-            signer: str, digest: str, card: str, tree: dict[str, _Entry],
+def _record(session: Session, adapter: Adapter, user: User, summary: str, fields: _Fields,
+            digest: str, card: str, tree: dict[str, _Entry],
             hashes: dict[str, tuple[str, str, int]]) -> CommitResult:
     """Insert the version in one transaction, holding the adapter's row lock."""
-    name = manifest["version"]
+    name = fields.version
     try:
         # Serialises commits to one adapter on PostgreSQL; SQLite serialises all writers.
         session.execute(select(Adapter.id).where(Adapter.id == adapter.id).with_for_update())
@@ -326,15 +359,14 @@ def _record(session: Session, adapter: Adapter, user: User, summary: str, manife
         _insert_blobs(session, hashes.values())
         version = Version(
             adapter_id=adapter.id, version=name, commit_sha=commit_sha(adapter.repo_id, name, digest),
-            tree_digest=digest, summary=summary[:10_000], card=card, manifest=manifest,
-            task=manifest["task"], head_type=manifest["head"]["type"],
-            base_model_name=manifest["base_model"]["name"],
-            base_model_hash=manifest["base_model"]["content_hash"], signer_key_id=signer,
-            pushed_by_id=user.id,
+            tree_digest=digest, summary=summary[:10_000], card=card, manifest=fields.manifest,
+            task=fields.task, head_type=fields.head_type, base_model_name=fields.base_model_name,
+            base_model_hash=fields.base_model_hash, tokenizer_hash=fields.tokenizer_hash,
+            signer_key_id=fields.signer_key_id, pushed_by_id=user.id,
             files=[VersionFile(path=p, blob_sha256=e.sha256) for p, e in sorted(tree.items())])
         session.add(version)
         session.flush()
-        adapter.updated_at = utcnow()
+        adapter.kind, adapter.updated_at = fields.kind, utcnow()
         refresh_latest(session, adapter)
         session.commit()
     except IntegrityError:

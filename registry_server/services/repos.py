@@ -17,8 +17,8 @@ from sqlalchemy.orm import Session
 from registry_server import semver
 from registry_server.errors import (Conflict, EntryNotFound, Forbidden, RepoNotFound,
                                     RevisionNotFound)
-from registry_server.models import (Adapter, AdapterTag, Blob, Namespace, User, Version,
-                                    VersionFile)
+from registry_server.models import (Adapter, AdapterTag, Blob, Namespace, RepoRedirect, User,
+                                    Version, VersionFile)
 from registry_server.services.accounts import check_name, get_namespace, member_namespace_ids
 
 MAIN = "main"
@@ -52,8 +52,15 @@ class FileRef:
 
 
 def find_adapter(session: Session, namespace: str, name: str) -> Adapter | None:
-    return session.scalar(select(Adapter).join(Adapter.namespace)
-                          .where(Namespace.name == namespace, Adapter.name == name))
+    """The repository `namespace/name`, or the one moved away from that name; None if there is
+    none or it was deleted."""
+    adapter = session.scalar(select(Adapter).join(Adapter.namespace)
+                             .where(Namespace.name == namespace, Adapter.name == name))
+    if adapter is None:
+        adapter = session.scalar(select(Adapter).join(
+            RepoRedirect, RepoRedirect.adapter_id == Adapter.id).where(
+            RepoRedirect.namespace == namespace, RepoRedirect.name == name))
+    return None if adapter is None or adapter.deleted_at is not None else adapter
 
 
 def can_read(session: Session, adapter: Adapter, viewer: User | None) -> bool:
@@ -97,13 +104,7 @@ def create_adapter(session: Session, user: User, namespace: str, name: str, *,
     ns = get_namespace(session, namespace)
     require_writer(session, ns, user)
     check_name(name, "adapter name")
-    # Compared regardless of case: `alice/Up` beside `alice/up` would pass for it.
-    existing = session.scalar(select(Adapter.name).where(
-        Adapter.namespace_id == ns.id, func.lower(Adapter.name) == name.lower()))
-    if existing is not None:
-        raise Conflict(f"repository {ns.name}/{existing} exists already"
-                       + ("" if existing == name else " (names may not differ only in case)"),
-                       repo_id=f"{namespace}/{name}")
+    check_name_free(session, ns, name)
     adapter = Adapter(namespace=ns, name=name, private=private)
     session.add(adapter)
     try:
@@ -113,6 +114,30 @@ def create_adapter(session: Session, user: User, namespace: str, name: str, *,
         raise Conflict(f"repository {namespace}/{name} exists already",
                        repo_id=f"{namespace}/{name}") from None
     return adapter
+
+
+def check_name_free(session: Session, ns: Namespace, name: str) -> None:
+    """Raises: Conflict: a repository has (or had: deleted, or moved away) this name; names
+    are compared regardless of case, since `alice/Up` beside `alice/up` would pass for it."""
+    existing = session.scalar(select(Adapter).where(
+        Adapter.namespace_id == ns.id, func.lower(Adapter.name) == name.lower()))
+    repo_id = f"{ns.name}/{name}"
+    if existing is not None and existing.deleted_at is not None:
+        raise Conflict(f"repository {ns.name}/{existing.name} was deleted; its name is never "
+                       "reused, so pins of its versions cannot reach other content",
+                       repo_id=repo_id, hint="choose another name")
+    if existing is not None:
+        raise Conflict(f"repository {ns.name}/{existing.name} exists already"
+                       + ("" if existing.name == name else " (names may not differ only in case)"),
+                       repo_id=repo_id)
+    moved = session.scalar(select(RepoRedirect).where(
+        func.lower(RepoRedirect.namespace) == ns.name.lower(),
+        func.lower(RepoRedirect.name) == name.lower()))
+    if moved is not None:
+        target = session.get(Adapter, moved.adapter_id)
+        raise Conflict(f"repository {moved.namespace}/{moved.name} was moved to "
+                       f"{target.repo_id}; its old name keeps pointing there",
+                       repo_id=repo_id, hint="choose another name")
 
 
 def set_private(session: Session, adapter: Adapter, user: User, private: bool) -> None:

@@ -16,12 +16,12 @@ from sqlalchemy.orm import Session
 
 from registry_server.errors import BadRequest
 from registry_server import semver
-from registry_server.models import Adapter, AdapterTag, Namespace, User, Version
+from registry_server.models import ADAPTER, Adapter, AdapterTag, Namespace, User, Version
 from registry_server.services.accounts import member_namespace_ids
 from registry_server.services import textsearch
 from registry_server.services.repos import pick_latest
 
-SORTS = ("downloads", "recent", "name")
+SORTS = ("downloads", "recent", "created", "name")
 T = TypeVar("T")
 
 
@@ -34,6 +34,7 @@ class SearchQuery:
     base_hash: str | None = None  # "sha256:..." content hash of the base
     tags: tuple[str, ...] = ()  # all must be present
     namespace: str | None = None
+    kind: str | None = ADAPTER  # None: adapters and bases alike (the Hub's list_models)
     sort: str = "downloads"
     page: int = 1
     per_page: int = 20
@@ -79,6 +80,8 @@ def search(session: Session, viewer: User | None, query: SearchQuery) -> Page[Ad
                           (Adapter.base_model_hash, query.base_hash)):
         if value:
             stmt = stmt.where(column == value)
+    if query.kind:
+        stmt = stmt.where(Adapter.kind == query.kind)
     if query.namespace:
         stmt = stmt.join(Adapter.namespace).where(Namespace.name == query.namespace)
     for tag in query.tags:
@@ -89,6 +92,7 @@ def search(session: Session, viewer: User | None, query: SearchQuery) -> Page[Ad
         stmt = stmt.where(text_match)
     order = {"downloads": (Adapter.downloads.desc(), Adapter.id.desc()),
              "recent": (Adapter.updated_at.desc(), Adapter.id.desc()),
+             "created": (Adapter.created_at.desc(), Adapter.id.desc()),
              "name": (Adapter.name, Adapter.id)}[query.sort]
     return _paginate(session, stmt.order_by(*order), query.page, query.per_page)
 
@@ -105,7 +109,7 @@ def compatible(session: Session, viewer: User | None, base_hash: str, *, page: i
     live = (Version.base_model_hash == base_hash, Version.deleted_at.is_(None),
             Version.yanked_at.is_(None))
     stmt = (select(Adapter).where(Adapter.id.in_(select(Version.adapter_id).where(*live)),
-                                  visible(session, viewer))
+                                  Adapter.kind == ADAPTER, visible(session, viewer))
             .order_by(Adapter.downloads.desc(), Adapter.id.desc()))
     adapters = _paginate(session, stmt, page, per_page)
     by_adapter: dict[int, list[Version]] = {}

@@ -40,7 +40,7 @@ def yank(session: Session, adapter: Adapter, user: User, version: str, reason: s
         raise BadRequest(f"a yank reason must have 1 to {MAX_REASON} characters",
                          hint="say why users should avoid this version")
     found = get_version(session, adapter, version)
-    _lock(session, adapter)
+    lock(session, adapter)
     found.yanked_at, found.yank_reason = utcnow(), reason
     refresh_latest(session, adapter)
     session.commit()
@@ -51,7 +51,7 @@ def unyank(session: Session, adapter: Adapter, user: User, version: str) -> Vers
     """Raises: Forbidden, RevisionNotFound: as for `yank`."""
     require_writer(session, adapter.namespace, user)
     found = get_version(session, adapter, version)
-    _lock(session, adapter)
+    lock(session, adapter)
     found.yanked_at, found.yank_reason = None, None
     refresh_latest(session, adapter)
     session.commit()
@@ -68,13 +68,21 @@ def delete(session: Session, adapter: Adapter, user: User, version: str) -> Vers
     """
     require_writer(session, adapter.namespace, user)
     found = get_version(session, adapter, version)
-    _lock(session, adapter)
-    found.deleted_at = utcnow()
+    lock(session, adapter)
+    mark_deleted(session, found)
     refresh_latest(session, adapter)
     session.commit()
     return found
 
 
-def _lock(session: Session, adapter: Adapter) -> None:
-    # Same lock as a commit takes, so `main` is recomputed from a settled set of versions.
+def mark_deleted(session: Session, version: Version) -> None:
+    """Mark one version deleted, inside the caller's transaction (which holds the adapter's
+    lock and refreshes `main`): the one step both a version's and a repository's deletion
+    take, so what may not be deleted is decided here for both."""
+    version.deleted_at = utcnow()
+
+
+def lock(session: Session, adapter: Adapter) -> None:
+    """Take the adapter's row lock, the same a commit takes, so `main` is recomputed from a
+    settled set of versions."""
     session.execute(select(Adapter.id).where(Adapter.id == adapter.id).with_for_update())

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from sqlalchemy import ColumnElement, Select, and_, case, func, or_, select
 from sqlalchemy.orm import Session, lazyload, load_only, selectinload
 
-from registry_server.models import Adapter, AdapterTag, Namespace, PublicKey, User, Version
+from registry_server.models import (ADAPTER, Adapter, AdapterTag, Namespace, PublicKey, User,
+                                    Version)
 from registry_server.services.search import Page, SearchQuery, visible
 from registry_server.services import accounts, textsearch
 from registry_server.services.sqlplan import unindexed
@@ -58,8 +59,10 @@ class Signature:
 
 
 def _listed(session: Session, viewer: User | None) -> list[ColumnElement[bool]]:
-    """Conditions for the adapters `viewer` may see that have a `main` version."""
-    return [Adapter.latest_version_id.is_not(None), visible(session, viewer)]
+    """Conditions for the adapters `viewer` may see that have a `main` version (base models
+    are not listed among them: each has its own page)."""
+    return [Adapter.latest_version_id.is_not(None), Adapter.kind == ADAPTER,
+            visible(session, viewer)]
 
 
 def _signed_by_registered_key() -> Select:

@@ -9,8 +9,8 @@ from flask import abort, current_app, render_template, request
 from registry_server.db import db
 from registry_server.errors import RepoNotFound
 from registry_server.httputil import public_url
-from registry_server.models import Adapter, Version
-from registry_server.services import repos
+from registry_server.models import BASE, Adapter, Version
+from registry_server.services import bases, repos, search
 from registry_server.services import versions as version_service
 from registry_server.ui import chart, present, queries, tryit
 from registry_server.ui.blueprint import bp
@@ -65,6 +65,8 @@ def _render(adapter: Adapter, versions: list[Version], shown: Version | None,
             tried: tryit.Outcome | None = None):
     if shown is None:
         return render_template("ui/adapter_empty.html", adapter=adapter)
+    if adapter.kind == BASE:
+        return _render_base(adapter, shown)
     manifest = shown.manifest
     epochs = manifest.get("metrics", {}).get("validation", [])
     panels = chart.panels(epochs)
@@ -83,7 +85,8 @@ def _render(adapter: Adapter, versions: list[Version], shown: Version | None,
         signature=queries.signature(db.session, shown), same_base=same_base,
         usage=usage(adapter.repo_id, shown.version, manifest), tried=tried,
         example=example_text(manifest),
-        try_it=bool(current_app.config["INFERENCE_URL"]))
+        try_it=bool(current_app.config["INFERENCE_URL"]),
+        hosted_base=bases.find_by_hash(db.session, viewer(), shown.base_model_hash))
 
 
 def example_text(manifest: dict) -> str:
@@ -114,3 +117,12 @@ def usage(repo_id: str, version: str, manifest: dict) -> list[tuple[str, str, st
          "from huggingface_hub import snapshot_download\n\n"
          f'folder = snapshot_download("{repo_id}", revision="{version}")  # not verified'),
     ]
+
+
+def _render_base(adapter: Adapter, shown: Version):
+    """A base model's page: the adapters trained on it, its files and its hashes."""
+    return render_template(
+        "ui/base_model.html", adapter=adapter, version=shown, card=render_card(shown.card),
+        compatible=search.compatible(db.session, viewer(), shown.base_model_hash),
+        files=[(f.path, f"{f.blob.size:,} bytes") for f in shown.files],
+        load=f'AutoModel.from_pretrained("{adapter.repo_id}", revision="{shown.version}")')

@@ -207,11 +207,13 @@ def lfs_registry(registry_config):
 
 def test_lfs_batch_path_when_xet_is_disabled(lfs_registry, hf, signing_key, tmp_path,
                                              monkeypatch):
+    """A 2.x client with Xet off asks for LFS with X-Hub-Lfs (as `hub push` does); without
+    the header it is answered "regular" (tests/registry/test_registry_large_uploads.py)."""
     registry = lfs_registry
     token = registry.user("alice", key=signing_key)
     monkeypatch.setattr(hf.constants, "HF_HUB_DISABLE_XET", True)
     bundle = signed_bundle(tmp_path / "b", signing_key)
-    push(_api(hf, registry, token), bundle)
+    push(hf.HfApi(endpoint=registry.url, token=token, headers={"X-Hub-Lfs": "1"}), bundle)
     with registry.session() as session:
         uploaded = set(session.scalars(select(LfsUpload.oid)))
     assert hashlib.sha256((bundle / "adapter.safetensors").read_bytes()).hexdigest() in uploaded

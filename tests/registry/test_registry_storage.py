@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 import boto3
 import pytest
@@ -11,6 +13,8 @@ from conftest import signed_bundle, start_registry
 from flask import Flask
 
 from registry_server.blobhttp import blob_response
+from registry_server.models import Adapter
+from sqlalchemy import select
 from registry_server.storage import DiskStorage, S3Storage, make_storage
 
 DATA = bytes(range(256)) * 40
@@ -102,16 +106,29 @@ def test_make_storage_refuses_an_s3_url_without_bucket():
         make_storage("s3:///prefix")
 
 
-def test_registry_pushes_and_serves_from_s3(bucket, s3_endpoint, tmp_path, signing_key,
-                                            monkeypatch):
+def test_disk_storage_serves_directly_even_when_redirects_are_on(tmp_path, source):
+    storage = DiskStorage(tmp_path / "blobs")
+    storage.put(SHA, source)
+    app = Flask(__name__)
+    app.add_url_rule("/blob", "blob", lambda: blob_response(storage, SHA, len(DATA),
+                                                            redirect_ttl=300))
+    response = app.test_client().get("/blob")
+    assert (response.status_code, response.get_data()) == (200, DATA)
+
+
+@pytest.mark.parametrize("ttl", [300, 0])
+def test_registry_pushes_to_s3_and_downloads_redirect_to_presigned_urls(
+        bucket, s3_endpoint, tmp_path, signing_key, monkeypatch, ttl):
     import huggingface_hub
     import huggingface_hub.constants as constants
+    import requests
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     registry, stop = start_registry({
         "INSTANCE_PATH": str(tmp_path / "instance"),
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'registry.db'}",
-        "STORAGE": f"s3://{bucket}/registry", "S3_ENDPOINT_URL": s3_endpoint})
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'registry.db'}", "DOWNLOAD_FLUSH_SECONDS": 0,
+        "STORAGE": f"s3://{bucket}/registry", "S3_ENDPOINT_URL": s3_endpoint,
+        "DOWNLOAD_URL_TTL": ttl})
     try:
         token = registry.user("alice", key=signing_key)
         api = huggingface_hub.HfApi(endpoint=registry.url, token=token)
@@ -124,5 +141,26 @@ def test_registry_pushes_and_serves_from_s3(bucket, s3_endpoint, tmp_path, signi
         assert Path(path).read_bytes() == (bundle / "adapter.safetensors").read_bytes()
         listed = boto3.client("s3", endpoint_url=s3_endpoint).list_objects_v2(Bucket=bucket)
         assert len(listed["Contents"]) == 4
+        weights = (bundle / "adapter.safetensors").read_bytes()
+        url = f"{registry.url}/alice/sst2/resolve/main/adapter.safetensors"
+        auth = {"Authorization": f"Bearer {token}"}
+        head = requests.head(url, headers=auth)  # metadata still comes from the registry
+        assert head.status_code == 200 and head.headers["X-Linked-Size"] == str(len(weights))
+        answer = requests.get(url, headers=auth, allow_redirects=False)
+        if ttl:
+            assert answer.status_code == 302
+            location = answer.headers["Location"]
+            assert location.startswith(f"{s3_endpoint}/{bucket}/registry/")
+            expires = int(parse_qs(urlparse(location).query)["Expires"][0])
+            assert time.time() < expires <= time.time() + ttl + 1  # short-lived
+            assert answer.headers["X-Repo-Commit"] == head.headers["X-Repo-Commit"]
+            assert requests.get(location).content == weights  # no token needed: the URL is one
+            ranged = requests.get(url, headers={**auth, "Range": "bytes=10-19"})
+            assert (ranged.status_code, ranged.content) == (206, weights[10:20])
+        else:
+            assert (answer.status_code, answer.content) == (200, weights)
+        with registry.session() as session:
+            # the client's download and the plain GET, not the resume
+            assert session.scalar(select(Adapter.downloads)) == 2
     finally:
         stop()
