@@ -62,6 +62,13 @@ def attach_options(f):
     return f
 
 
+def device_option(default: str, more: str = ""):
+    from hubcli.local.device import CHOICES_HELP
+
+    return click.option("--device", default=default, show_default=True,
+                        help=f"where the model runs: {CHOICES_HELP}{more}")
+
+
 @click.command("train")
 @click.option("--task", type=click.Choice(TASK_CHOICES), default="classification", show_default=True)
 @click.option("--train", "train_path", required=True, type=click.Path(path_type=Path),
@@ -93,9 +100,11 @@ def attach_options(f):
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--pooling", type=click.Choice(["mean", "cls"]), default="mean", show_default=True)
 @click.option("--full-finetune", is_flag=True, help="train every weight (the paper's baseline)")
+@device_option("auto")
 @click.option("--precision", type=click.Choice(precision.CHOICES), default="auto",
-              show_default=True, help="bf16: matrix products in bfloat16 under autocast, weights "
-              "and loss in fp32; auto: bf16 where the CPU has AVX512-BF16 or AMX")
+              show_default=True, help="bf16/fp16: matrix products in 16 bits under autocast, "
+              "weights and loss in fp32; auto: on a CPU bf16 where it has AVX512-BF16 or AMX, "
+              "on CUDA bf16 where the GPU has it, else fp16 with a gradient scaler")
 @click.option("--name", help="adapter name [default: the output folder's name]")
 @click.option("--version", "version", default="0.1.0", show_default=True)
 @click.option("--description", help="one-line description for the model card")
@@ -129,6 +138,7 @@ def train_cmd(train_path, fmt, text_column, text_pair_column, label_column, laye
 @click.option("--data", required=True, type=click.Path(path_type=Path), help="labelled data file")
 @column_options
 @attach_options
+@device_option("cpu")
 @click.option("--json", "as_json", is_flag=True, help="print metrics as JSON")
 def eval_cmd(adapter, data, fmt, text_column, text_pair_column, label_column, as_json,
              **attach) -> None:
@@ -160,8 +170,9 @@ def eval_cmd(adapter, data, fmt, text_column, text_pair_column, label_column, as
 @click.option("--runtime", type=click.Choice(["torch", "onnx"]), default="torch",
               show_default=True, help="onnx: run the adapter's ONNX export under onnxruntime "
               "(exported once and cached; needs the [onnx] extra)")
+@device_option("cpu", "; torch runtime with one adapter")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per input line")
-def predict_cmd(args, adapters, pair, context, runtime, as_json, **attach) -> None:
+def predict_cmd(args, adapters, pair, context, runtime, device, as_json, **attach) -> None:
     """Predict with an adapter: hub predict [ADAPTER] [TEXT...] (texts also from stdin).
 
     ADAPTER is a local folder or NS/NAME[@VERSION]; without it, the last adapter pulled.
@@ -180,6 +191,9 @@ def predict_cmd(args, adapters, pair, context, runtime, as_json, **attach) -> No
     if not texts:
         raise UsageError("no input texts", hint='pass texts as arguments or one per line on stdin')
     second = _second_text(pair, context)
+    if device not in ("cpu", "auto") and (adapters or runtime == "onnx"):
+        raise UsageError(f"--device {device} applies to one adapter on the torch runtime",
+                         hint="drop --device, or predict with one adapter and --runtime torch")
     if adapters:
         if runtime == "onnx":
             raise UsageError("--runtime onnx runs one adapter", hint="drop --adapter/-a")
@@ -192,7 +206,7 @@ def predict_cmd(args, adapters, pair, context, runtime, as_json, **attach) -> No
 
         predictor = load_onnx_predictor(adapter, notify=notice, **attach)
     else:
-        predictor = load_predictor(adapter, notify=notice, **attach)
+        predictor = load_predictor(adapter, notify=notice, device=device, **attach)
     _check_second(predictor.task, second)
     preds = predictor.predict([predictor.task.parse_input(t, second and second[1])
                                for t in texts])

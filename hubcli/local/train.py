@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from hubcli.local import precision
+from hubcli.local import device, precision
 from hubcli.errors import DataError, UsageError
 from hubcli.format.vocab import DEFAULT_MAX_LENGTH
 from hubcli.fsutil import sha256_file
@@ -50,6 +50,7 @@ class TrainSettings:
     pooling: str = "mean"
     full_finetune: bool = False
     precision: str = "auto"  # see hubcli/local/precision.py
+    device: str = "auto"  # see hubcli/local/device.py
     name: str | None = None
     version: str = "0.1.0"
     description: str | None = None
@@ -100,6 +101,16 @@ def linear_warmup_decay(total_steps: int, warmup_ratio: float) -> Callable[[int]
     return factor
 
 
+def _placed(s: TrainSettings) -> TrainSettings:
+    """`s` with its device and precision resolved for this machine.
+
+    Raises:
+        OptionError / UsageError: a device this machine lacks, or a precision it cannot run.
+    """
+    where = device.resolve(s.device)
+    return replace(s, device=where, precision=precision.resolve(s.precision, device.kind(where)))
+
+
 def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
     """Train an adapter (or a full fine-tune) and write it to `s.out`.
 
@@ -113,7 +124,7 @@ def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
     if (s.epochs is not None and s.epochs < 1) or s.batch_size < 1 or s.max_length < 8:
         raise UsageError("--epochs and --batch-size must be >= 1 and --max-length >= 8")
     check_settings(s)  # before the base loads or any data is read
-    s = replace(s, precision=precision.resolve(s.precision))
+    s = _placed(s)
     task = get_task(s.task)
     task.notify = log
     train_ex = task.read(Path(s.train), fmt=s.fmt, columns=s.columns)
@@ -188,15 +199,18 @@ class _Run:
         from tqdm import tqdm
 
         from hubcli.local.batching import training_batches
-        from hubcli.local.inference import run_model
+        from hubcli.local.inference import run_model, to_device
 
         s, task = self.s, self.task
         rng = random.Random(s.seed)
         lengths = [len(f["input_ids"]) for f in train_feats]
         task.fit_loss(train_feats, s.batch_size)
         steps_per_epoch = math.ceil(len(train_feats) / s.batch_size)
+        kind = device.kind(s.device)
+        self.model.to(s.device)
         # fused: one kernel for all parameters instead of a loop over ~100 small tensors
-        opt = torch.optim.AdamW(self.params, lr=s.learning_rate, fused=True)
+        opt = torch.optim.AdamW(self.params, lr=s.learning_rate, fused=kind in ("cpu", "cuda"))
+        scaler = precision.grad_scaler(s.precision, kind)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, linear_warmup_decay(steps_per_epoch * s.epochs, s.warmup_ratio))
         history: list[dict[str, float]] = []
@@ -212,12 +226,13 @@ class _Run:
             for idx in training_batches(len(train_feats),
                                         lengths if task.bucket_by_length else None,
                                         s.batch_size, rng):
-                batch = task.collate([train_feats[i] for i in idx])
-                with precision.autocast(s.precision):
+                batch = to_device(task.collate([train_feats[i] for i in idx]), s.device)
+                with precision.autocast(s.precision, kind):
                     loss = task.loss(self.model(batch["input_ids"], batch["attention_mask"],
                                                 batch.get("token_type_ids")), batch)
-                loss.backward()
-                opt.step()
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
                 sched.step()
                 opt.zero_grad(set_to_none=True)
                 value = loss.item()
@@ -239,7 +254,7 @@ class _Run:
                 best, best_epoch, best_state = score, epoch, self.snapshot()
         if best_state is not None and best_epoch != s.epochs:
             self.restore(best_state)
-        self.model.eval()
+        self.model.eval().to("cpu")  # the weights are written from the CPU
         return history, (best_epoch if val_feats else None), seen / busy
 
     def save(self, history, best_epoch, digests) -> dict | None:
@@ -249,7 +264,8 @@ class _Run:
         s, counts = self.s, self.parameter_counts()
         training = {"epochs": s.epochs, "best_epoch": best_epoch, "learning_rate": s.learning_rate,
                     "batch_size": s.batch_size, "max_length": s.max_length, "seed": s.seed,
-                    "warmup_ratio": s.warmup_ratio, "precision": s.precision, "optimizer": "AdamW",
+                    "warmup_ratio": s.warmup_ratio, "precision": s.precision,
+                    "device": device.kind(s.device), "optimizer": "AdamW",
                     "schedule": "linear warmup then linear decay", **digests}
         metrics = {"primary": self.task.primary_metric, "validation": history}
         if best_epoch is not None:
