@@ -96,6 +96,22 @@ def device_option(default: str, more: str = ""):
 @click.option("--epochs", type=click.IntRange(min=1),
               help="[default: 3, more on small data: enough for ~500 steps, at most 20]")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--grad-accum", type=click.IntRange(min=1), default=1, show_default=True,
+              help="batches per optimiser step (a step's global batch: batch size x this)")
+@click.option("--max-steps", type=click.IntRange(min=1),
+              help="train this many optimiser steps instead of --epochs")
+@click.option("--eval-every", type=click.IntRange(min=1),
+              help="evaluate every N steps (keeping the best) [default: after every epoch]")
+@click.option("--patience", type=click.IntRange(min=1),
+              help="stop after N evaluations without a better score (needs --validation)")
+@click.option("--checkpoint-every", type=click.IntRange(min=1),
+              help="write a checkpoint (OUT.ckpt) every N steps; one is also written on "
+              "Ctrl-C/SIGTERM")
+@click.option("--resume", is_flag=True, help="continue from OUT.ckpt (same options)")
+@click.option("--log-json", type=click.Path(path_type=Path, dir_okay=False),
+              help="append one JSON line per logging step (and per evaluation) to this file")
+@click.option("--log-every", type=click.IntRange(min=1), default=10, show_default=True,
+              help="steps between --log-json lines")
 @click.option("--max-length", type=click.IntRange(min=8), default=128, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--pooling", type=click.Choice(["mean", "cls"]), default="mean", show_default=True)
@@ -113,11 +129,14 @@ def device_option(default: str, more: str = ""):
 def train_cmd(train_path, fmt, text_column, text_pair_column, label_column, layers, as_json,
               **opts) -> None:
     """Train an adapter (Houlsby, or LoRA with --method lora) on a frozen base model."""
+    from hubcli.local.distributed import from_environment
     from hubcli.local.train import TrainSettings, train
 
     s = TrainSettings(train=train_path, fmt=fmt, layers=parse_layers(layers),
                       columns=columns(text_column, text_pair_column, label_column), **opts)
     result = train(s, log=notice if not s.quiet else (lambda _m: None))
+    if not from_environment().is_main:
+        return  # a rank other than 0 of a distributed run: rank 0 reports
     if as_json:
         echo_json({"out": str(result.out), "best_epoch": result.best_epoch,
                    "history": result.history, "parameters": result.parameters,
@@ -126,10 +145,10 @@ def train_cmd(train_path, fmt, text_column, text_pair_column, label_column, laye
     p = result.parameters
     click.echo(f"trainable parameters: {p['trainable']:,} "
                f"({100 * p['trainable'] / p['base']:.2f}% of the base's {p['base']:,})")
-    if result.best_epoch:
-        best = result.history[result.best_epoch - 1]
-        click.echo(f"best epoch {result.best_epoch}: " + ", ".join(
-            f"{k}={v:.4f}" for k, v in best.items() if k != "epoch"))
+    if result.best:
+        at = f"step {result.best['step']}" if "step" in result.best else f"epoch {result.best_epoch}"
+        click.echo(f"best {at}: " + ", ".join(f"{k}={v:.4f}" for k, v in result.best.items()
+                               if k not in ("epoch", "step")))
     click.echo(f"wrote {result.out}")
 
 
