@@ -112,6 +112,9 @@ def device_option(default: str, more: str = ""):
               help="append one JSON line per logging step (and per evaluation) to this file")
 @click.option("--log-every", type=click.IntRange(min=1), default=10, show_default=True,
               help="steps between --log-json lines")
+@click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
+              help="data parallel processes (torchrun started for you; gloo on the CPU, NCCL "
+              "on GPUs); the same steps as one process with the same --batch-size")
 @click.option("--max-length", type=click.IntRange(min=8), default=128, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--pooling", type=click.Choice(["mean", "cls"]), default="mean", show_default=True)
@@ -126,15 +129,20 @@ def device_option(default: str, more: str = ""):
 @click.option("--description", help="one-line description for the model card")
 @click.option("--quiet", is_flag=True, help="no progress bars")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
-def train_cmd(train_path, fmt, text_column, text_pair_column, label_column, layers, as_json,
-              **opts) -> None:
+def train_cmd(train_path, fmt, text_column, text_pair_column, label_column, layers, nproc,
+              as_json, **opts) -> None:
     """Train an adapter (Houlsby, or LoRA with --method lora) on a frozen base model."""
     from hubcli.local.distributed import from_environment
     from hubcli.local.train import TrainSettings, train
 
     s = TrainSettings(train=train_path, fmt=fmt, layers=parse_layers(layers),
                       columns=columns(text_column, text_pair_column, label_column), **opts)
-    result = train(s, log=notice if not s.quiet else (lambda _m: None))
+    if nproc > 1:
+        from hubcli.local.launch import launch
+
+        result = launch(s, nproc)
+    else:
+        result = train(s, log=notice if not s.quiet else (lambda _m: None))
     if not from_environment().is_main:
         return  # a rank other than 0 of a distributed run: rank 0 reports
     if as_json:

@@ -171,10 +171,18 @@ def _train(s: TrainSettings, task, train_ex: list, val_ex: list, labels: list[st
         digests = {"train_data": data_digest(s.train, len(train_ex), s.fmt)}
         if s.validation:
             digests["validation_data"] = data_digest(s.validation, len(val_ex), s.fmt)
-        manifest = run.save(history, best, trainer.p.step, digests)
+        manifest = run.save(history, best, trainer.p.step, digests, processes=group.world)
         checkpoint.path_for(s.out).unlink(missing_ok=True)  # the run is complete
     return TrainResult(Path(s.out), history, best and best["epoch"], best,
                        run.parameter_counts(), speed, manifest)
+
+
+def head_dropout(config) -> float:
+    """The head's dropout as BERT's own heads take it: the config's `classifier_dropout`, else
+    its `hidden_dropout_prob` (0.1 for MiniLM and BERT; a base without dropout gets a
+    deterministic head too, which data parallel equality tests need)."""
+    value = getattr(config, "classifier_dropout", None)
+    return float(value if value is not None else getattr(config, "hidden_dropout_prob", 0.1))
 
 
 class _Run:
@@ -188,7 +196,7 @@ class _Run:
         self.s, self.task, self.labels, self.base, self.log = s, task, labels, base, log
         self.name = s.name or Path(s.out).name
         self.head = HeadConfig(task.head_type, task.num_outputs(labels), tuple(labels),
-                               pooling=s.pooling)
+                               pooling=s.pooling, dropout=head_dropout(base.encoder.config))
         if s.full_finetune:
             self.model = FullFinetuneModel(base.encoder, self.head)
             self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -219,7 +227,7 @@ class _Run:
         else:
             self.model.load_adapter_state(self.name, state)
 
-    def save(self, history, best, steps: int, digests) -> dict | None:
+    def save(self, history, best, steps: int, digests, *, processes: int = 1) -> dict | None:
         from hubcli.local.adapterdir import framework_versions, now_iso, write_adapter_dir
         from hubcli.local.finetune_dir import write_finetune_dir
 
@@ -227,7 +235,8 @@ class _Run:
         training = {"epochs": history[-1]["epoch"], "best_epoch": best and best["epoch"],
                     "steps": steps, **({"best_step": best["step"]} if best and "step" in best
                                        else {}),
-                    "grad_accum": s.grad_accum, "learning_rate": s.learning_rate,
+                    "grad_accum": s.grad_accum, "processes": processes,
+                    "learning_rate": s.learning_rate,
                     "batch_size": s.batch_size, "max_length": s.max_length, "seed": s.seed,
                     "warmup_ratio": s.warmup_ratio, "precision": s.precision,
                     "device": device.kind(s.device), "optimizer": "AdamW",
