@@ -32,7 +32,8 @@ def step_time(train: Path, batch: int, steps: int, nproc: int, tmp: Path) -> flo
                "--log-every", str(steps), "--nproc", str(nproc)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
-    last = [json.loads(line) for line in log.read_text().splitlines() if "loss" in line][-1]
+    last = [row for row in map(json.loads, log.read_text().splitlines())
+            if "examples_per_s" in row][-1]
     return batch / last["examples_per_s"]
 
 

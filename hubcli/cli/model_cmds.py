@@ -112,6 +112,9 @@ def device_option(default: str, more: str = ""):
               help="append one JSON line per logging step (and per evaluation) to this file")
 @click.option("--log-every", type=click.IntRange(min=1), default=10, show_default=True,
               help="steps between --log-json lines")
+@click.option("--streaming", is_flag=True,
+              help="read the training file (CSV, TSV, JSONL) as a stream: memory flat in its "
+              "size; batches shuffled within a window, not grouped by length")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="data parallel processes (torchrun started for you; gloo on the CPU, NCCL "
               "on GPUs); the same steps as one process with the same --batch-size")

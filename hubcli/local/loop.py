@@ -64,7 +64,7 @@ def fingerprint(s, source, steps: int) -> dict[str, Any]:
     number of processes: the global batch, and so every step, is the same for any.)"""
     names = ("task", "base", "method", "bottleneck", "layers", "init_scale", "rank", "alpha",
              "batch_size", "grad_accum", "max_length", "seed", "warmup_ratio", "pooling",
-             "full_finetune", "precision")
+             "full_finetune", "precision", "streaming")
     out = {name: _plain(getattr(s, name)) for name in names}
     train = Path(s.train)
     out.update(learning_rate=s.learning_rate, steps=steps, examples=source.examples,

@@ -58,6 +58,7 @@ class TrainSettings:
     resume: bool = False
     log_every: int = 10  # steps between --log-json lines
     log_json: Path | None = None
+    streaming: bool = False  # read the training file as a stream (hubcli/local/streaming.py)
     name: str | None = None
     version: str = "0.1.0"
     description: str | None = None
@@ -129,11 +130,17 @@ def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
         log, s = (lambda _m: None), replace(s, quiet=True)
     task = get_task(s.task)
     task.notify = log
-    train_ex = task.read(Path(s.train), fmt=s.fmt, columns=s.columns)
+    if s.streaming:
+        from hubcli.local.streaming import TrainStream
+
+        train_ex = TrainStream(task, Path(s.train), s.fmt, s.columns)
+        labels, n_train = train_ex.labels, train_ex.examples
+    else:
+        train_ex = task.read(Path(s.train), fmt=s.fmt, columns=s.columns)
+        labels, n_train = task.label_names(train_ex), len(train_ex)
     val_ex = task.read(Path(s.validation), fmt=s.fmt, columns=s.columns) if s.validation else []
-    if not train_ex:
+    if not n_train:
         raise DataError("no training examples", path=str(s.train))
-    labels = task.label_names(train_ex)
     task.check_training_labels(labels, Path(s.train))
     # torch only now: every check above answers in a fraction of a second without it
     distributed.start(group, s.device)
@@ -143,8 +150,9 @@ def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
         distributed.stop(group)
 
 
-def _train(s: TrainSettings, task, train_ex: list, val_ex: list, labels: list[str],
+def _train(s: TrainSettings, task, train_ex, val_ex: list, labels: list[str],
            group: distributed.Group, log: Callable[[str], None]) -> TrainResult:
+    """Train on `train_ex` (a list of examples, or a streaming.TrainStream)."""
     import torch
 
     from hubcli.base.load import load_base
@@ -154,21 +162,27 @@ def _train(s: TrainSettings, task, train_ex: list, val_ex: list, labels: list[st
 
     torch.manual_seed(s.seed)
     base = load_base(s.base, revision=s.base_revision)
-    train_feats = task.encode(train_ex, base.tokenizer, labels, s.max_length)
+    if s.streaming:
+        from hubcli.local.streaming import StreamBatches
+
+        source = StreamBatches(train_ex, base.tokenizer, labels, s.max_length, s.batch_size,
+                               s.seed, group)
+    else:
+        train_feats = task.encode(train_ex, base.tokenizer, labels, s.max_length)
+        task.fit_loss(train_feats, s.batch_size)
+        source = EpochBatches(train_feats, s.batch_size, s.seed, by_length=task.bucket_by_length)
     if s.epochs is None and s.max_steps is None:
-        s = replace(s, epochs=auto_epochs(len(train_feats), s.batch_size * s.grad_accum))
+        s = replace(s, epochs=auto_epochs(source.examples, s.batch_size * s.grad_accum))
     run = _Run(s, task, labels, base, log)
     val_feats = task.encode(val_ex, base.tokenizer, labels, s.max_length) if val_ex else []
-    task.fit_loss(train_feats, s.batch_size)
-    trainer = Trainer(run, EpochBatches(train_feats, s.batch_size, s.seed,
-                                        by_length=task.bucket_by_length), group, log)
+    trainer = Trainer(run, source, group, log)
     if s.resume:
         trainer.resume()
     history, best_row, speed = trainer.fit(val_feats, val_ex)
     best = history[best_row - 1] if best_row else None
     manifest = None
     if group.is_main:
-        digests = {"train_data": data_digest(s.train, len(train_ex), s.fmt)}
+        digests = {"train_data": data_digest(s.train, source.examples, s.fmt)}
         if s.validation:
             digests["validation_data"] = data_digest(s.validation, len(val_ex), s.fmt)
         manifest = run.save(history, best, trainer.p.step, digests, processes=group.world)
