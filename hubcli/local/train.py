@@ -200,7 +200,8 @@ def head_dropout(config) -> float:
 
 
 class _Run:
-    """One training run: the model, its optimiser, the loop, and saving."""
+    """One training run: the model, its trainable parameters, and saving (the loop:
+    loop.Trainer)."""
 
     def __init__(self, s: TrainSettings, task, labels: list[str], base, log):
         from hubcli.core.config import HoulsbyConfig, LoraConfig
