@@ -81,3 +81,14 @@ def test_torchrun_environment_makes_the_group(monkeypatch):
         launch(TrainSettings(train=TRAIN, out=Path("x")), 2)
     monkeypatch.delenv("WORLD_SIZE")
     assert from_environment() == Group()
+
+
+def test_nproc_checks_the_options_before_starting_processes(tmp_path, monkeypatch):
+    from hubcli.local import launch as launching
+    from hubcli.local.train import TrainSettings
+
+    monkeypatch.setattr(launching.subprocess, "call", lambda *a, **k: pytest.fail("started"))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "x").write_text("")
+    with pytest.raises(OptionError, match="--out .*out: exists already"):
+        launching.launch(TrainSettings(train=TRAIN, out=tmp_path / "out"), 2)

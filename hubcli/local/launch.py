@@ -19,6 +19,7 @@ from pathlib import Path
 
 from hubcli.errors import HubError, OptionError
 from hubcli.local.distributed import from_environment
+from hubcli.local.options import check_settings
 from hubcli.local.train import TrainResult, TrainSettings, train
 
 
@@ -26,7 +27,8 @@ def launch(s: TrainSettings, nproc: int) -> TrainResult:
     """Train with `nproc` processes on this machine (gloo on the CPU, NCCL on GPUs).
 
     Raises:
-        OptionError: `nproc` < 1, or already inside a distributed run.
+        OptionError: `nproc` < 1, already inside a distributed run, or see check_settings
+            (checked here first, so a bad option starts no process).
         HubError: what stopped rank 0 (its message and hint), or a worker that died.
     """
     if nproc < 1:
@@ -34,6 +36,7 @@ def launch(s: TrainSettings, nproc: int) -> TrainResult:
     if from_environment().world > 1:
         raise OptionError("--nproc", nproc, "inside a distributed run (torchrun started this)",
                           hint="drop --nproc: torchrun starts the processes already")
+    check_settings(s)
     with tempfile.TemporaryDirectory(prefix="hub-train-") as tmp:
         settings, result = Path(tmp) / "settings.pkl", Path(tmp) / "result.pkl"
         settings.write_bytes(pickle.dumps(replace(s, out=Path(s.out).absolute())))
