@@ -59,6 +59,7 @@ def test_max_steps_and_eval_every_keep_the_best_step(tiny_base_dir, tmp_path):
     train_lines = [line for line in lines if "loss" in line]
     assert [line["step"] for line in train_lines] == [5, 10]
     assert all(line["examples_per_s"] > 0 and line["lr"] >= 0 for line in train_lines)
+    assert train_lines[0]["eta_s"] > 0 and train_lines[-1]["eta_s"] == 0  # 5 steps left, none
     assert [line["step"] for line in lines if "accuracy" in line] == [4, 8, 10]
 
 

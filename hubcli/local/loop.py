@@ -149,7 +149,8 @@ class Trainer:
                 if s.log_every and p.step % s.log_every == 0:
                     logger.write(step=p.step, epoch=p.epoch, loss=round(loss / examples, 6),
                                  lr=self.sched.get_last_lr()[0],
-                                 examples_per_s=round(p.seen / p.busy, 2))
+                                 examples_per_s=round(p.seen / p.busy, 2),
+                                 eta_s=round((self.total - p.step) * p.busy / p.step, 1))
                 end_of_epoch = p.batch >= per_epoch
                 early = ((s.eval_every and p.step % s.eval_every == 0)
                          or (not s.eval_every and end_of_epoch)) and self.evaluate(
