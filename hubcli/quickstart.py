@@ -191,7 +191,7 @@ def _train(s: QuickstartSettings, workdir: Path, log: Callable[[str], None]
         epochs=s.epochs, max_length=s.max_length, quiet=s.quiet,
         description="Sentiment (positive/negative) of short reviews; made by hub quickstart."),
         log=log)
-    best = result.history[result.best_epoch - 1] if result.best_epoch else {}
+    best = result.best or {}
     accuracy = f", dev accuracy {best['accuracy']:.3f}" if "accuracy" in best else ""
     return result.out, (f"{result.parameters['trainable']:,} trainable parameters, "
                         f"{s.epochs} epochs{accuracy}")

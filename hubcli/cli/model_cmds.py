@@ -62,6 +62,13 @@ def attach_options(f):
     return f
 
 
+def device_option(default: str, more: str = ""):
+    from hubcli.local.device import CHOICES_HELP
+
+    return click.option("--device", default=default, show_default=True,
+                        help=f"where the model runs: {CHOICES_HELP}{more}")
+
+
 @click.command("train")
 @click.option("--task", type=click.Choice(TASK_CHOICES), default="classification", show_default=True)
 @click.option("--train", "train_path", required=True, type=click.Path(path_type=Path),
@@ -89,26 +96,58 @@ def attach_options(f):
 @click.option("--epochs", type=click.IntRange(min=1),
               help="[default: 3, more on small data: enough for ~500 steps, at most 20]")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--grad-accum", type=click.IntRange(min=1), default=1, show_default=True,
+              help="batches per optimiser step (a step's global batch: batch size x this)")
+@click.option("--max-steps", type=click.IntRange(min=1),
+              help="train this many optimiser steps instead of --epochs")
+@click.option("--eval-every", type=click.IntRange(min=1),
+              help="evaluate every N steps (keeping the best) [default: after every epoch]")
+@click.option("--patience", type=click.IntRange(min=1),
+              help="stop after N evaluations without a better score (needs --validation)")
+@click.option("--checkpoint-every", type=click.IntRange(min=1),
+              help="write a checkpoint (OUT.ckpt) every N steps; one is also written on "
+              "Ctrl-C/SIGTERM")
+@click.option("--resume", is_flag=True, help="continue from OUT.ckpt (same options)")
+@click.option("--log-json", type=click.Path(path_type=Path, dir_okay=False),
+              help="append one JSON line per logging step (and per evaluation) to this file")
+@click.option("--log-every", type=click.IntRange(min=1), default=10, show_default=True,
+              help="steps between --log-json lines")
+@click.option("--streaming", is_flag=True,
+              help="read the training file (CSV, TSV, JSONL) as a stream: memory flat in its "
+              "size; batches shuffled within a window, not grouped by length")
+@click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
+              help="data parallel processes (torchrun started for you; gloo on the CPU, NCCL "
+              "on GPUs); the same steps as one process with the same --batch-size")
 @click.option("--max-length", type=click.IntRange(min=8), default=128, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--pooling", type=click.Choice(["mean", "cls"]), default="mean", show_default=True)
 @click.option("--full-finetune", is_flag=True, help="train every weight (the paper's baseline)")
+@device_option("auto")
 @click.option("--precision", type=click.Choice(precision.CHOICES), default="auto",
-              show_default=True, help="bf16: matrix products in bfloat16 under autocast, weights "
-              "and loss in fp32; auto: bf16 where the CPU has AVX512-BF16 or AMX")
+              show_default=True, help="bf16/fp16: matrix products in 16 bits under autocast, "
+              "weights and loss in fp32; auto: on a CPU bf16 where it has AVX512-BF16 or AMX, "
+              "on CUDA bf16 where the GPU has it, else fp16 with a gradient scaler")
 @click.option("--name", help="adapter name [default: the output folder's name]")
 @click.option("--version", "version", default="0.1.0", show_default=True)
 @click.option("--description", help="one-line description for the model card")
 @click.option("--quiet", is_flag=True, help="no progress bars")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
-def train_cmd(train_path, fmt, text_column, text_pair_column, label_column, layers, as_json,
-              **opts) -> None:
+def train_cmd(train_path, fmt, text_column, text_pair_column, label_column, layers, nproc,
+              as_json, **opts) -> None:
     """Train an adapter (Houlsby, or LoRA with --method lora) on a frozen base model."""
+    from hubcli.local.distributed import from_environment
     from hubcli.local.train import TrainSettings, train
 
     s = TrainSettings(train=train_path, fmt=fmt, layers=parse_layers(layers),
                       columns=columns(text_column, text_pair_column, label_column), **opts)
-    result = train(s, log=notice if not s.quiet else (lambda _m: None))
+    if nproc > 1:
+        from hubcli.local.launch import launch
+
+        result = launch(s, nproc)
+    else:
+        result = train(s, log=notice if not s.quiet else (lambda _m: None))
+    if not from_environment().is_main:
+        return  # a rank other than 0 of a distributed run: rank 0 reports
     if as_json:
         echo_json({"out": str(result.out), "best_epoch": result.best_epoch,
                    "history": result.history, "parameters": result.parameters,
@@ -117,10 +156,10 @@ def train_cmd(train_path, fmt, text_column, text_pair_column, label_column, laye
     p = result.parameters
     click.echo(f"trainable parameters: {p['trainable']:,} "
                f"({100 * p['trainable'] / p['base']:.2f}% of the base's {p['base']:,})")
-    if result.best_epoch:
-        best = result.history[result.best_epoch - 1]
-        click.echo(f"best epoch {result.best_epoch}: " + ", ".join(
-            f"{k}={v:.4f}" for k, v in best.items() if k != "epoch"))
+    if result.best:
+        at = f"step {result.best['step']}" if "step" in result.best else f"epoch {result.best_epoch}"
+        click.echo(f"best {at}: " + ", ".join(f"{k}={v:.4f}" for k, v in result.best.items()
+                               if k not in ("epoch", "step")))
     click.echo(f"wrote {result.out}")
 
 
@@ -129,6 +168,7 @@ def train_cmd(train_path, fmt, text_column, text_pair_column, label_column, laye
 @click.option("--data", required=True, type=click.Path(path_type=Path), help="labelled data file")
 @column_options
 @attach_options
+@device_option("cpu")
 @click.option("--json", "as_json", is_flag=True, help="print metrics as JSON")
 def eval_cmd(adapter, data, fmt, text_column, text_pair_column, label_column, as_json,
              **attach) -> None:
@@ -160,8 +200,9 @@ def eval_cmd(adapter, data, fmt, text_column, text_pair_column, label_column, as
 @click.option("--runtime", type=click.Choice(["torch", "onnx"]), default="torch",
               show_default=True, help="onnx: run the adapter's ONNX export under onnxruntime "
               "(exported once and cached; needs the [onnx] extra)")
+@device_option("cpu", "; torch runtime with one adapter")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per input line")
-def predict_cmd(args, adapters, pair, context, runtime, as_json, **attach) -> None:
+def predict_cmd(args, adapters, pair, context, runtime, device, as_json, **attach) -> None:
     """Predict with an adapter: hub predict [ADAPTER] [TEXT...] (texts also from stdin).
 
     ADAPTER is a local folder or NS/NAME[@VERSION]; without it, the last adapter pulled.
@@ -180,6 +221,9 @@ def predict_cmd(args, adapters, pair, context, runtime, as_json, **attach) -> No
     if not texts:
         raise UsageError("no input texts", hint='pass texts as arguments or one per line on stdin')
     second = _second_text(pair, context)
+    if device not in ("cpu", "auto") and (adapters or runtime == "onnx"):
+        raise UsageError(f"--device {device} applies to one adapter on the torch runtime",
+                         hint="drop --device, or predict with one adapter and --runtime torch")
     if adapters:
         if runtime == "onnx":
             raise UsageError("--runtime onnx runs one adapter", hint="drop --adapter/-a")
@@ -192,7 +236,7 @@ def predict_cmd(args, adapters, pair, context, runtime, as_json, **attach) -> No
 
         predictor = load_onnx_predictor(adapter, notify=notice, **attach)
     else:
-        predictor = load_predictor(adapter, notify=notice, **attach)
+        predictor = load_predictor(adapter, notify=notice, device=device, **attach)
     _check_second(predictor.task, second)
     preds = predictor.predict([predictor.task.parse_input(t, second and second[1])
                                for t in texts])

@@ -39,3 +39,29 @@ def inference_batches(features: list[dict], batch_size: int) -> Iterator[list[in
     order = sorted(range(len(features)), key=lambda i: _length(features[i]))
     for start in range(0, len(order), batch_size):
         yield order[start:start + batch_size]
+
+
+class EpochBatches:
+    """The training batches (feature lists) of each epoch, for features held in memory: the
+    same batches for the same seed and epoch however often asked, so a resumed run draws what
+    the interrupted one would have (the order is replayed from the seed)."""
+
+    def __init__(self, features: list[dict], batch_size: int, seed: int, *,
+                 by_length: bool) -> None:
+        self.features, self.batch_size, self.seed = features, batch_size, seed
+        self.lengths = [_length(f) for f in features] if by_length else None
+        self.examples = len(features)
+        self._rng, self._done = random.Random(seed), 0
+
+    def batches_per_epoch(self) -> int:
+        return -(-self.examples // self.batch_size)
+
+    def epoch(self, number: int) -> list[list[dict]]:
+        """Epoch `number`'s batches (1-based); epochs asked in order cost one shuffle each."""
+        if number <= self._done:
+            self._rng, self._done = random.Random(self.seed), 0
+        while True:
+            order = training_batches(self.examples, self.lengths, self.batch_size, self._rng)
+            self._done += 1
+            if self._done == number:
+                return [[self.features[i] for i in idx] for idx in order]

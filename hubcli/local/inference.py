@@ -28,13 +28,28 @@ def run_model(model, task, features: list[dict], examples: list, labels: list[st
     import torch
 
     logits: list = [None] * len(features)
+    device = model_device(model)
     with torch.inference_mode(), _threads_for(features):
         for idx in inference_batches(features, batch_size):
-            batch = task.collate([features[i] for i in idx])
-            out = model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+            batch = to_device(task.collate([features[i] for i in idx]), device)
+            # to the CPU once per batch: decoding reads rows one by one
+            out = model(batch["input_ids"], batch["attention_mask"],
+                        batch.get("token_type_ids")).float().cpu()
             for row, i in enumerate(idx):
                 logits[i] = _unpadded(out[row], features[i])
     return task.decode(logits, features, examples, labels)
+
+
+def model_device(model):
+    """The device `model`'s weights are on."""
+    return next(model.parameters()).device
+
+
+def to_device(batch: dict, device) -> dict:
+    """`batch`'s tensors on `device` (the same dict back on the CPU)."""
+    if str(device) == "cpu":
+        return batch
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
 @contextmanager
@@ -131,9 +146,10 @@ class Predictor:
 
 
 def load_predictor(path: Path, *, base: str | None = None, allow_base_mismatch: bool = False,
-                   allow_unsigned: bool = False,
+                   allow_unsigned: bool = False, device: str = "cpu",
                    notify: Callable[[str], None] = lambda _msg: None) -> Predictor:
-    """Load the base and attach the adapter in `path` (or load a full fine-tune folder).
+    """Load the base and attach the adapter in `path` (or load a full fine-tune folder), on
+    `device` (`--device`: auto, cpu, cuda, cuda:N or mps; see local/device.py).
 
     The adapter folder is verified once (`verify_adapter`); loading and attaching use that.
 
@@ -142,8 +158,14 @@ def load_predictor(path: Path, *, base: str | None = None, allow_base_mismatch: 
         SignatureError: unsigned or untrusted, and not allowed.
         BaseMismatchError: the base differs from the one it was trained on.
         ModelError: the base cannot be loaded.
+        OptionError: `device` is unknown or not on this machine (before anything loads).
     """
+    from hubcli.local.device import resolve
+
+    where = resolve(device)
     predictor = _load(Path(path), base, allow_base_mismatch, allow_unsigned, notify)
+    if where != "cpu":
+        predictor.model.to(where)
     predictor.task.notify = notify  # warnings about the inputs (a text cut short)
     return predictor
 

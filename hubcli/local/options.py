@@ -33,7 +33,29 @@ def check_settings(s: TrainSettings) -> None:
         raise OptionError("--version", repr(s.version), "is not a semantic version",
                           hint="use MAJOR.MINOR.PATCH, e.g. 0.1.0 or 1.2.0-rc.1")
     check_out(Path(s.out), overwrite=s.overwrite)
+    check_schedule(s)
     _check_base(s.base, s.base_revision, s.layers)
+
+
+def check_schedule(s: TrainSettings) -> None:
+    """Steps, evaluation and checkpoint options that go together (local/loop.py).
+
+    Raises:
+        OptionError: --max-steps with --epochs, --patience without --validation, or --resume
+            without a checkpoint.
+    """
+    from hubcli.local.checkpoint import path_for
+
+    if s.max_steps is not None and s.epochs is not None:
+        raise OptionError("--max-steps", s.max_steps, "and --epochs both set the run's length",
+                          hint="give one of them")
+    if s.patience is not None and s.validation is None:
+        raise OptionError("--patience", s.patience, "stops when the validation score stops "
+                          "improving, and there is no --validation data",
+                          hint="add --validation FILE, or drop --patience")
+    if s.resume and not path_for(Path(s.out)).is_file():
+        raise OptionError("--resume", path_for(Path(s.out)), "no checkpoint there",
+                          hint="train without --resume (with --checkpoint-every N to write one)")
 
 
 def check_out(out: Path, *, overwrite: bool) -> None:

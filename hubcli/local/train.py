@@ -8,13 +8,11 @@ LayerNorm deltas, head) get gradients; with `full_finetune` every weight does (t
 from __future__ import annotations
 
 import math
-import random
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from hubcli.local import precision
+from hubcli.local import device, distributed, precision
 from hubcli.errors import DataError, UsageError
 from hubcli.format.vocab import DEFAULT_MAX_LENGTH
 from hubcli.fsutil import sha256_file
@@ -50,6 +48,17 @@ class TrainSettings:
     pooling: str = "mean"
     full_finetune: bool = False
     precision: str = "auto"  # see hubcli/local/precision.py
+    device: str = "auto"  # see hubcli/local/device.py
+    # steps, evaluation and checkpoints: hubcli/local/loop.py and checkpoint.py
+    grad_accum: int = 1  # batches per optimiser step
+    max_steps: int | None = None  # instead of epochs
+    eval_every: int | None = None  # steps; None: after every epoch
+    patience: int | None = None  # evaluations without a better score before stopping
+    checkpoint_every: int | None = None  # steps
+    resume: bool = False
+    log_every: int = 10  # steps between --log-json lines
+    log_json: Path | None = None
+    streaming: bool = False  # read the training file as a stream (hubcli/local/streaming.py)
     name: str | None = None
     version: str = "0.1.0"
     description: str | None = None
@@ -66,6 +75,7 @@ class TrainResult:
     out: Path
     history: list[dict[str, float]]
     best_epoch: int | None
+    best: dict[str, float] | None  # the history row whose weights were kept
     parameters: dict[str, int]
     examples_per_second: float
     manifest: dict[str, Any] | None
@@ -89,19 +99,19 @@ def auto_epochs(n_features: int, batch_size: int) -> int:
     return max(MIN_EPOCHS, min(MAX_EPOCHS, math.ceil(MIN_STEPS / steps_per_epoch)))
 
 
-def linear_warmup_decay(total_steps: int, warmup_ratio: float) -> Callable[[int], float]:
-    warm = max(1, int(warmup_ratio * total_steps))
+def _placed(s: TrainSettings, group: distributed.Group) -> TrainSettings:
+    """`s` with its device (this rank's GPU in a distributed run) and precision resolved.
 
-    def factor(step: int) -> float:
-        if step < warm:
-            return (step + 1) / warm
-        return max(0.0, (total_steps - step) / max(1, total_steps - warm))
-
-    return factor
+    Raises:
+        OptionError / UsageError: a device this machine lacks, or a precision it cannot run.
+    """
+    where = device.resolve(s.device, local_rank=group.local_rank)
+    return replace(s, device=where, precision=precision.resolve(s.precision, device.kind(where)))
 
 
 def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
-    """Train an adapter (or a full fine-tune) and write it to `s.out`.
+    """Train an adapter (or a full fine-tune) and write it to `s.out`; in a distributed run
+    (torchrun's environment, see local/distributed.py) as one rank, rank 0 writing.
 
     Raises:
         DataError: unreadable or inconsistent data (file and line named), or a single class
@@ -109,40 +119,89 @@ def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
         UsageError / OptionError: inconsistent settings, or an --out folder that exists
             (without `overwrite`) or cannot be written; all raised before the base loads.
         ModelError / UnsupportedModelError: the base model cannot be used.
+        TrainingStopped: SIGINT/SIGTERM stopped the run; a checkpoint was written.
     """
     if (s.epochs is not None and s.epochs < 1) or s.batch_size < 1 or s.max_length < 8:
         raise UsageError("--epochs and --batch-size must be >= 1 and --max-length >= 8")
     check_settings(s)  # before the base loads or any data is read
-    s = replace(s, precision=precision.resolve(s.precision))
+    group = distributed.from_environment()
+    s = _placed(s, group)
+    if not group.is_main:  # rank 0 speaks for the run
+        log, s = (lambda _m: None), replace(s, quiet=True)
     task = get_task(s.task)
     task.notify = log
-    train_ex = task.read(Path(s.train), fmt=s.fmt, columns=s.columns)
+    if s.streaming:
+        from hubcli.local.streaming import TrainStream
+
+        train_ex = TrainStream(task, Path(s.train), s.fmt, s.columns)
+        labels, n_train = train_ex.labels, train_ex.examples
+    else:
+        train_ex = task.read(Path(s.train), fmt=s.fmt, columns=s.columns)
+        labels, n_train = task.label_names(train_ex), len(train_ex)
     val_ex = task.read(Path(s.validation), fmt=s.fmt, columns=s.columns) if s.validation else []
-    if not train_ex:
+    if not n_train:
         raise DataError("no training examples", path=str(s.train))
-    labels = task.label_names(train_ex)
     task.check_training_labels(labels, Path(s.train))
-    import torch  # only now: every check above answers in a fraction of a second without it
+    # torch only now: every check above answers in a fraction of a second without it
+    distributed.start(group, s.device)
+    try:
+        return _train(s, task, train_ex, val_ex, labels, group, log)
+    finally:
+        distributed.stop(group)
+
+
+def _train(s: TrainSettings, task, train_ex, val_ex: list, labels: list[str],
+           group: distributed.Group, log: Callable[[str], None]) -> TrainResult:
+    """Train on `train_ex` (a list of examples, or a streaming.TrainStream)."""
+    import torch
 
     from hubcli.base.load import load_base
+    from hubcli.local import checkpoint
+    from hubcli.local.batching import EpochBatches
+    from hubcli.local.loop import Trainer
 
     torch.manual_seed(s.seed)
     base = load_base(s.base, revision=s.base_revision)
-    train_feats = task.encode(train_ex, base.tokenizer, labels, s.max_length)
-    if s.epochs is None:
-        s = replace(s, epochs=auto_epochs(len(train_feats), s.batch_size))
+    if s.streaming:
+        from hubcli.local.streaming import StreamBatches
+
+        source = StreamBatches(train_ex, base.tokenizer, labels, s.max_length, s.batch_size,
+                               s.seed, group)
+    else:
+        train_feats = task.encode(train_ex, base.tokenizer, labels, s.max_length)
+        task.fit_loss(train_feats, s.batch_size)
+        source = EpochBatches(train_feats, s.batch_size, s.seed, by_length=task.bucket_by_length)
+    if s.epochs is None and s.max_steps is None:
+        s = replace(s, epochs=auto_epochs(source.examples, s.batch_size * s.grad_accum))
     run = _Run(s, task, labels, base, log)
     val_feats = task.encode(val_ex, base.tokenizer, labels, s.max_length) if val_ex else []
-    history, best_epoch, speed = run.fit(train_feats, val_feats, val_ex)
-    digests = {"train_data": data_digest(s.train, len(train_ex), s.fmt)}
-    if s.validation:
-        digests["validation_data"] = data_digest(s.validation, len(val_ex), s.fmt)
-    manifest = run.save(history, best_epoch, digests)
-    return TrainResult(Path(s.out), history, best_epoch, run.parameter_counts(), speed, manifest)
+    trainer = Trainer(run, source, group, log)
+    if s.resume:
+        trainer.resume()
+    history, best_row, speed = trainer.fit(val_feats, val_ex)
+    best = history[best_row - 1] if best_row else None
+    manifest = None
+    if group.is_main:
+        digests = {"train_data": data_digest(s.train, source.examples, s.fmt)}
+        if s.validation:
+            digests["validation_data"] = data_digest(s.validation, len(val_ex), s.fmt)
+        manifest = run.save(history, best, trainer.p.step, digests, processes=group.world)
+        checkpoint.path_for(s.out).unlink(missing_ok=True)  # the run is complete
+    return TrainResult(Path(s.out), history, best and best["epoch"], best,
+                       run.parameter_counts(), speed, manifest)
+
+
+def head_dropout(config) -> float:
+    """The head's dropout as BERT's own heads take it: the config's `classifier_dropout`, else
+    its `hidden_dropout_prob` (0.1 for MiniLM and BERT; a base without dropout gets a
+    deterministic head too, which data parallel equality tests need)."""
+    value = getattr(config, "classifier_dropout", None)
+    return float(value if value is not None else getattr(config, "hidden_dropout_prob", 0.1))
 
 
 class _Run:
-    """One training run: the model, its optimiser, the loop, and saving."""
+    """One training run: the model, its trainable parameters, and saving (the loop:
+    loop.Trainer)."""
 
     def __init__(self, s: TrainSettings, task, labels: list[str], base, log):
         from hubcli.core.config import HoulsbyConfig, LoraConfig
@@ -152,7 +211,7 @@ class _Run:
         self.s, self.task, self.labels, self.base, self.log = s, task, labels, base, log
         self.name = s.name or Path(s.out).name
         self.head = HeadConfig(task.head_type, task.num_outputs(labels), tuple(labels),
-                               pooling=s.pooling)
+                               pooling=s.pooling, dropout=head_dropout(base.encoder.config))
         if s.full_finetune:
             self.model = FullFinetuneModel(base.encoder, self.head)
             self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -183,77 +242,23 @@ class _Run:
         else:
             self.model.load_adapter_state(self.name, state)
 
-    def fit(self, train_feats: list[dict], val_feats: list[dict], val_ex: list):
-        import torch
-        from tqdm import tqdm
-
-        from hubcli.local.batching import training_batches
-        from hubcli.local.inference import run_model
-
-        s, task = self.s, self.task
-        rng = random.Random(s.seed)
-        lengths = [len(f["input_ids"]) for f in train_feats]
-        task.fit_loss(train_feats, s.batch_size)
-        steps_per_epoch = math.ceil(len(train_feats) / s.batch_size)
-        # fused: one kernel for all parameters instead of a loop over ~100 small tensors
-        opt = torch.optim.AdamW(self.params, lr=s.learning_rate, fused=True)
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, linear_warmup_decay(steps_per_epoch * s.epochs, s.warmup_ratio))
-        history: list[dict[str, float]] = []
-        best, best_epoch, best_state = -math.inf, None, None
-        seen, busy = 0, 0.0
-        for epoch in range(1, s.epochs + 1):
-            self.model.train()
-            # smoothing=0: the rate shown is examples over the epoch's time so far, the figure
-            # TrainResult reports; tqdm's default moving average swings with batch length
-            bar = tqdm(total=len(train_feats), desc=f"epoch {epoch}/{s.epochs}", unit="ex",
-                       disable=True if s.quiet else None, leave=False, smoothing=0)
-            t0, total_loss = time.perf_counter(), 0.0
-            for idx in training_batches(len(train_feats),
-                                        lengths if task.bucket_by_length else None,
-                                        s.batch_size, rng):
-                batch = task.collate([train_feats[i] for i in idx])
-                with precision.autocast(s.precision):
-                    loss = task.loss(self.model(batch["input_ids"], batch["attention_mask"],
-                                                batch.get("token_type_ids")), batch)
-                loss.backward()
-                opt.step()
-                sched.step()
-                opt.zero_grad(set_to_none=True)
-                value = loss.item()
-                total_loss += value * len(idx)
-                bar.update(len(idx))
-                bar.set_postfix(loss=f"{value:.4f}")
-            bar.close()
-            busy += time.perf_counter() - t0
-            seen += len(train_feats)
-            row = {"epoch": epoch, "train_loss": round(total_loss / len(train_feats), 6)}
-            if val_feats:
-                self.model.eval()
-                preds = run_model(self.model, task, val_feats, val_ex, self.labels)
-                row.update({k: round(v, 6) for k, v in task.metrics(preds, val_ex, self.labels).items()})
-            history.append(row)
-            self.log(_describe(row))
-            score = row.get(task.primary_metric, -row["train_loss"])
-            if score > best:
-                best, best_epoch, best_state = score, epoch, self.snapshot()
-        if best_state is not None and best_epoch != s.epochs:
-            self.restore(best_state)
-        self.model.eval()
-        return history, (best_epoch if val_feats else None), seen / busy
-
-    def save(self, history, best_epoch, digests) -> dict | None:
+    def save(self, history, best, steps: int, digests, *, processes: int = 1) -> dict | None:
         from hubcli.local.adapterdir import framework_versions, now_iso, write_adapter_dir
         from hubcli.local.finetune_dir import write_finetune_dir
 
         s, counts = self.s, self.parameter_counts()
-        training = {"epochs": s.epochs, "best_epoch": best_epoch, "learning_rate": s.learning_rate,
+        training = {"epochs": history[-1]["epoch"], "best_epoch": best and best["epoch"],
+                    "steps": steps, **({"best_step": best["step"]} if best and "step" in best
+                                       else {}),
+                    "grad_accum": s.grad_accum, "processes": processes,
+                    "learning_rate": s.learning_rate,
                     "batch_size": s.batch_size, "max_length": s.max_length, "seed": s.seed,
-                    "warmup_ratio": s.warmup_ratio, "precision": s.precision, "optimizer": "AdamW",
+                    "warmup_ratio": s.warmup_ratio, "precision": s.precision,
+                    "device": device.kind(s.device), "optimizer": "AdamW",
                     "schedule": "linear warmup then linear decay", **digests}
         metrics = {"primary": self.task.primary_metric, "validation": history}
-        if best_epoch is not None:
-            metrics["best"] = {k: v for k, v in history[best_epoch - 1].items() if k != "epoch"}
+        if best is not None:
+            metrics["best"] = {k: v for k, v in best.items() if k not in ("epoch", "step")}
         if s.full_finetune:
             write_finetune_dir(Path(s.out), self.model, self.base, self.task.name, training,
                                metrics)
@@ -281,6 +286,3 @@ def _safe_name(name: str) -> str:
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._") or "adapter"
     return cleaned[:96]
 
-
-def _describe(row: dict[str, float]) -> str:
-    return "  ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())

@@ -4,6 +4,7 @@ one feature per example, and `text<TAB>pair` input lines for `hub predict`."""
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,11 +38,21 @@ class SentenceTask(Task):
             DataError: see tabular.read_rows(), and labels the task cannot use.
             UsageError: `fmt` is not csv, tsv or jsonl, or the extension is .conll.
         """
+        return list(self.iter_examples(path, fmt=fmt, columns=columns))
+
+    def iter_examples(self, path: Path, *, fmt: str | None = None,
+                      columns: Columns = Columns()) -> Iterator[SentenceExample]:
+        """The examples of `read`, one at a time as the file is read (`hub train --streaming`:
+        memory bounded by what the caller keeps).
+
+        Raises:
+            DataError, UsageError: see `read`.
+        """
         fmt = self.data_format(path, fmt)
         where = str(path)
-        return [SentenceExample(row.text, row.pair, self._parse_label(row.label, path, row.line),
-                                where, row.line)
-                for row in read_rows(path, fmt, columns)]
+        for row in read_rows(path, fmt, columns):
+            yield SentenceExample(row.text, row.pair, self._parse_label(row.label, path, row.line),
+                                  where, row.line)
 
     def encode(self, examples: list[SentenceExample], tokenizer: Any, labels: list[str],
                max_length: int, *, with_targets: bool = True) -> list[dict]:

@@ -1,0 +1,72 @@
+"""`hub train --nproc N`: start N data parallel training processes with torchrun and hand back
+rank 0's result, as if one process had trained.
+
+The settings travel to the workers as a pickle in a private temp folder (`python -m
+hubcli.local.launch SETTINGS RESULT` under torchrun; each worker is one rank, see
+local/distributed.py); rank 0 writes back its TrainResult, or the error that stopped it, which
+is raised here as the same one-line error.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from hubcli.errors import HubError, OptionError
+from hubcli.local.distributed import from_environment
+from hubcli.local.options import check_settings
+from hubcli.local.train import TrainResult, TrainSettings, train
+
+
+def launch(s: TrainSettings, nproc: int) -> TrainResult:
+    """Train with `nproc` processes on this machine (gloo on the CPU, NCCL on GPUs).
+
+    Raises:
+        OptionError: `nproc` < 1, already inside a distributed run, or see check_settings
+            (checked here first, so a bad option starts no process).
+        HubError: what stopped rank 0 (its message and hint), or a worker that died.
+    """
+    if nproc < 1:
+        raise OptionError("--nproc", nproc, "must be 1 or more", hint="e.g. --nproc 2")
+    if from_environment().world > 1:
+        raise OptionError("--nproc", nproc, "inside a distributed run (torchrun started this)",
+                          hint="drop --nproc: torchrun starts the processes already")
+    check_settings(s)
+    with tempfile.TemporaryDirectory(prefix="hub-train-") as tmp:
+        settings, result = Path(tmp) / "settings.pkl", Path(tmp) / "result.pkl"
+        settings.write_bytes(pickle.dumps(replace(s, out=Path(s.out).absolute())))
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc-per-node={nproc}", "-m", "hubcli.local.launch", str(settings),
+                   str(result)]
+        code = subprocess.call(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        if not result.exists():
+            raise HubError(f"a training process failed (torchrun exit status {code})",
+                           hint="see the messages above; HUB_DEBUG=1 shows tracebacks")
+        kind, *value = pickle.loads(result.read_bytes())
+    if kind == "error":
+        raise HubError(value[0], hint=value[1])
+    return value[0]
+
+
+def _worker(settings: Path, result: Path) -> None:
+    """One rank: train, and on rank 0 write the result (or the error) for `launch`."""
+    from hubcli.fsutil import atomic_write_bytes
+
+    s = pickle.loads(settings.read_bytes())
+    main = from_environment().is_main
+    try:
+        log = (lambda _m: None) if s.quiet else (lambda m: print(m, file=sys.stderr))
+        outcome: tuple = ("ok", train(s, log=log))
+    except HubError as e:
+        outcome = ("error", str(e), e.hint)
+    if main:
+        atomic_write_bytes(result, pickle.dumps(outcome))
+
+
+if __name__ == "__main__":
+    _worker(Path(sys.argv[1]), Path(sys.argv[2]))
