@@ -41,6 +41,9 @@ class VerifiedBundle:
     key_id: str | None
     signer_name: str | None
     message: str  # one line for the caller to print
+    # a composed adapter's components (its manifest's `requires`, in order), each verified
+    # likewise and pinned by manifest digest; filled in by `hubcli.local.compose`
+    components: tuple[VerifiedBundle, ...] = ()
 
 
 def _trained_path() -> Path:
