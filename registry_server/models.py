@@ -14,8 +14,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, ForeignKey, Index, MetaData, String,
-                        Text, UniqueConstraint, text)
+from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, MetaData,
+                        String, Text, UniqueConstraint, text)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 NAME_LEN = 96
@@ -242,6 +242,21 @@ class VersionFile(Base):
     blob: Mapped[Blob] = relationship(lazy="joined")
 
 
+class Requirement(Base):
+    """One adapter a composed version (a fusion, or an adapter stacked on others) requires,
+    pinned as its manifest's `requires` says: recorded at push, so the registry can say who
+    uses what and refuse deleting a version others require."""
+
+    __tablename__ = "version_requirements"
+
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    required_version_id: Mapped[int] = mapped_column(ForeignKey("versions.id"), index=True)
+
+    version: Mapped[Version] = relationship(foreign_keys=[version_id])
+    required: Mapped[Version] = relationship(foreign_keys=[required_version_id])
+
+
 class LfsUpload(Base):
     """An LFS object uploaded for an adapter: a commit may reference it by oid.
 
@@ -258,5 +273,6 @@ class LfsUpload(Base):
 
 
 __all__ = ["Adapter", "AdapterTag", "Base", "Blob", "KeyChallenge", "LfsUpload", "Membership",
-           "Namespace", "PublicKey", "Token", "User", "Version", "VersionFile", "as_utc",
+           "Namespace", "PublicKey", "Requirement", "Token", "User", "Version", "VersionFile",
+           "as_utc",
            "utcnow"]

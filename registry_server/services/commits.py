@@ -38,6 +38,7 @@ from registry_server.errors import (BadRequest, Conflict, PayloadTooLarge, Rejec
                                     SignatureRejected)
 from registry_server.models import (Adapter, Blob, LfsUpload, User, Version, VersionFile,
                                     utcnow)
+from registry_server.services import dependencies
 from registry_server.services.accounts import list_public_keys
 from registry_server.services.repos import refresh_latest, require_writer, resolve_revision
 from registry_server.storage import BlobStorage
@@ -105,8 +106,9 @@ def commit(session: Session, storage: BlobStorage, adapter: Adapter, user: User,
         Forbidden: `user` may not push here. RevisionNotFound: unknown parent commit.
         BadRequest: an LFS object that was not uploaded to this adapter.
         PayloadTooLarge: a limit is exceeded.
-        Rejected: not a valid bundle (names, manifest, digests, weights header), or the
-            manifest names another adapter.
+        Rejected: not a valid bundle (names, manifest, digests, weights header), the
+            manifest names another adapter, or requires one this registry does not have
+            (by reference, exact version and manifest digest).
         SignatureRejected: not signed by a key registered to `user`.
         Conflict: the version exists with other content, or was deleted.
     """
@@ -117,6 +119,7 @@ def commit(session: Session, storage: BlobStorage, adapter: Adapter, user: User,
     bundle.mkdir()
     _materialise(storage, tree, bundle)
     manifest, signer = _check_policy(session, adapter, user, bundle, tree)
+    required = dependencies.resolve(session, manifest)
     version_name = manifest["version"]
     digest = tree_digest(tree)
     existing = _existing(session, adapter, version_name, digest)
@@ -130,7 +133,7 @@ def commit(session: Session, storage: BlobStorage, adapter: Adapter, user: User,
             storage.put(entry.sha256, bundle / path)
     card = _read_card(bundle)
     return _record(session, adapter, user, request.summary, manifest, signer, digest, card,
-                   tree, hashes)
+                   tree, hashes, required)
 
 
 def _build_tree(session: Session, adapter: Adapter, request: CommitRequest) -> dict[str, _Entry]:
@@ -313,7 +316,7 @@ def _read_card(bundle: Path) -> str:
 
 def _record(session: Session, adapter: Adapter, user: User, summary: str, manifest: dict,
             signer: str, digest: str, card: str, tree: dict[str, _Entry],
-            hashes: dict[str, tuple[str, str, int]]) -> CommitResult:
+            hashes: dict[str, tuple[str, str, int]], required: list[Version]) -> CommitResult:
     """Insert the version in one transaction, holding the adapter's row lock."""
     name = manifest["version"]
     try:
@@ -333,6 +336,7 @@ def _record(session: Session, adapter: Adapter, user: User, summary: str, manife
             pushed_by_id=user.id,
             files=[VersionFile(path=p, blob_sha256=e.sha256) for p, e in sorted(tree.items())])
         session.add(version)
+        session.add_all(dependencies.record(version, required))
         session.flush()
         adapter.updated_at = utcnow()
         refresh_latest(session, adapter)

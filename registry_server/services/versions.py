@@ -7,6 +7,7 @@ from sqlalchemy.orm import Session
 
 from registry_server.errors import BadRequest, RevisionNotFound
 from registry_server.models import Adapter, User, Version, utcnow
+from registry_server.services import dependencies
 from registry_server.services.repos import refresh_latest, require_writer
 
 MAX_REASON = 500
@@ -65,10 +66,12 @@ def delete(session: Session, adapter: Adapter, user: User, version: str) -> Vers
 
     Raises:
         Forbidden, RevisionNotFound: as for `yank`.
+        Conflict: live versions require it (named); yanking is allowed instead.
     """
     require_writer(session, adapter.namespace, user)
     found = get_version(session, adapter, version)
     _lock(session, adapter)
+    dependencies.refuse_if_required(session, found)
     found.deleted_at = utcnow()
     refresh_latest(session, adapter)
     session.commit()

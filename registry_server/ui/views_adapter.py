@@ -8,7 +8,7 @@ from flask import render_template
 from registry_server.db import db
 from registry_server.errors import Forbidden, RepoNotFound
 from registry_server.models import Adapter, Version
-from registry_server.services import repos
+from registry_server.services import dependencies, repos
 from registry_server.services import versions as version_service
 from registry_server.ui import chart, present, queries
 from registry_server.ui.blueprint import bp
@@ -62,4 +62,6 @@ def _render(adapter: Adapter, versions: list[Version], shown: Version | None):
         architecture_rows=present.architecture_rows(manifest),
         head_rows=present.head_rows(manifest), labels=manifest.get("head", {}).get("labels", []),
         signature=queries.signature(db.session, shown), same_base=same_base,
+        uses=dependencies.uses(db.session, shown),
+        used_by=dependencies.used_by(db.session, shown),
         pull=f"hub pull {adapter.repo_id}@{shown.version}")

@@ -240,7 +240,7 @@ def test_an_archive_of_another_schema_revision_is_refused(backup, target):
 
     rewrite(backup, older)
     error, hint = refused(hub_registry(target, "restore", str(backup)))
-    assert error == f"error: {backup} holds schema revision 0002; this hub-registry is at 0003_auth"
+    assert error == f"error: {backup} holds schema revision 0002; this hub-registry is at 0004_requirements"
     assert "`hub-registry migrate`" in hint
 
 
