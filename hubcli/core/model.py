@@ -312,9 +312,9 @@ class AdapterModel(nn.Module):
         for n in per_row:
             if n not in (None, BASE):
                 self._require(n)
-                if isinstance(self.infos[n].config, Fuse):
-                    raise AdapterError(f"{n} is a fusion; rows are routed to single adapters",
-                                       hint="activate() the fusion instead")
+                if isinstance(self.infos[n].config, Fuse) or n in self.compositions:
+                    raise AdapterError(f"{n} is a fusion or stack; rows are routed to single "
+                                       "adapters", hint="activate() it instead")
         ref = self.encoder.get_input_embeddings().weight
         route = Route.of(per_row, ref.device)
         sites = [*self.adapter_sites.values(), *self.layernorm_sites.values()]
