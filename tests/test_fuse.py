@@ -187,3 +187,15 @@ def test_fuse_needs_two_adapters_and_no_full_finetune(runs, tmp_path):
     r = run("train", "--stack", runs / "sst-a", "--full-finetune", "--train", train,
             "--out", tmp_path / "o")
     assert r.exit_code == 1 and "components frozen" in r.stderr
+
+
+def test_the_server_refuses_a_composed_adapter_at_attach(runs, tiny_base_dir):
+    """A mixed batch routes each row through one adapter: a fusion there would fail the
+    batch it joins, so it is refused when loaded."""
+    from hubcli.errors import AdapterError
+    from hubcli.serving.engine import Engine
+
+    engine = Engine(str(tiny_base_dir))
+    with pytest.raises(AdapterError, match="is a fusion or stacked adapter"):
+        engine.attach(runs / "stacked")
+    assert engine.hub.adapters == []
