@@ -199,3 +199,10 @@ def test_the_server_refuses_a_composed_adapter_at_attach(runs, tiny_base_dir):
     with pytest.raises(AdapterError, match="is a fusion or stacked adapter"):
         engine.attach(runs / "stacked")
     assert engine.hub.adapters == []
+
+
+def test_composed_adapters_are_not_exported_as_one_library_adapter(runs, tmp_path):
+    r = run("export", runs / "stacked", "--format", "adapters", "--out", tmp_path / "x")
+    assert r.exit_code == 1
+    assert "stacked is a fusion or stack over sst-a 0.1.0" in r.stderr
+    assert not (tmp_path / "x").exists()
