@@ -74,18 +74,36 @@ class ManifestError(AdapterError):
 
 
 class BaseMismatchError(AdapterError):
-    """The adapter was trained on a base model whose content hash differs from the loaded one."""
+    """The adapter was trained on a base model whose content hash differs from the loaded one
+    (or, with `component`, a composed adapter's component was trained on another base than
+    the composed adapter)."""
 
-    def __init__(self, *, expected: str, actual: str, expected_name: str) -> None:
-        super().__init__(
-            f"adapter was trained on base {expected_name!r} with content hash {expected}, "
-            f"but the loaded base has content hash {actual}",
-            hint=f"load the base {expected_name!r} it was trained on, "
-                 "or pass --allow-base-mismatch to attach anyway (outputs will be wrong)",
-        )
+    def __init__(self, *, expected: str, actual: str, expected_name: str,
+                 component: str | None = None) -> None:
+        if component is None:
+            message = (f"adapter was trained on base {expected_name!r} with content hash "
+                       f"{expected}, but the loaded base has content hash {actual}")
+            hint = (f"load the base {expected_name!r} it was trained on, "
+                    "or pass --allow-base-mismatch to attach anyway (outputs will be wrong)")
+        else:
+            message = (f"component {component} was trained on a base with content hash "
+                       f"{actual}, but the adapter that requires it on base {expected_name!r} "
+                       f"({expected})")
+            hint = "all components of a fusion or stack must share its base; nothing was loaded"
+        super().__init__(message, hint=hint)
         self.expected = expected
         self.actual = actual
         self.expected_name = expected_name
+        self.component = component
+
+
+class ComponentError(AdapterError):
+    """A component a composed adapter requires (its `requires` list) cannot be used: not found,
+    or not the exact one it was composed with (its manifest digest differs)."""
+
+    def __init__(self, message: str, *, component: str, hint: str | None = None) -> None:
+        super().__init__(f"component {component}: {message}", hint=hint)
+        self.component = component
 
 
 class BundleError(AdapterError):

@@ -10,7 +10,7 @@ import re
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from hubcli.format import error_codes as codes
-from hubcli.format.manifest import WEIGHTS
+from hubcli.format.manifest import WEIGHTS_FILES
 from registry_server import hf_commit, staging
 from registry_server.auth import current_user, require_token, require_user
 from registry_server.blobhttp import blob_response, get_storage
@@ -286,7 +286,7 @@ def resolve(namespace: str, name: str, revision: str, filename: str) -> Response
 def _is_download(f: repos.FileRef, response: Response) -> bool:
     """One download = one fetch of the weights from their first byte (not HEAD, not a resume);
     a redirect to the store counts as the fetch it starts."""
-    if request.method != "GET" or f.path != WEIGHTS:
+    if request.method != "GET" or f.path not in WEIGHTS_FILES:
         return False
     from_start = request.range is None or request.range.ranges[0][0] == 0
     return response.status_code == 200 or (

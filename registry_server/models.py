@@ -14,8 +14,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, ForeignKey, Index, MetaData, String,
-                        Text, UniqueConstraint, text)
+from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, MetaData,
+                        String, Text, UniqueConstraint, text)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 NAME_LEN = 96
@@ -268,6 +268,21 @@ class VersionFile(Base):
     blob: Mapped[Blob] = relationship(lazy="joined")
 
 
+class Requirement(Base):
+    """One adapter a composed version (a fusion, or an adapter stacked on others) requires,
+    pinned as its manifest's `requires` says: recorded at push, so the registry can say who
+    uses what and refuse deleting a version others require."""
+
+    __tablename__ = "version_requirements"
+
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    required_version_id: Mapped[int] = mapped_column(ForeignKey("versions.id"), index=True)
+
+    version: Mapped[Version] = relationship(foreign_keys=[version_id])
+    required: Mapped[Version] = relationship(foreign_keys=[required_version_id])
+
+
 class LfsUpload(Base):
     """An LFS object uploaded for an adapter: a commit may reference it by oid.
 
@@ -283,6 +298,7 @@ class LfsUpload(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
-__all__ = ["ADAPTER", "BASE", "Adapter", "AdapterTag", "Base", "Blob", "KeyChallenge", "LfsUpload", "Membership",
-           "Namespace", "PublicKey", "RepoRedirect", "Token", "User", "Version", "VersionFile", "as_utc",
+__all__ = ["ADAPTER", "BASE", "Adapter", "AdapterTag", "Base", "Blob", "KeyChallenge", "LfsUpload",
+           "Membership", "Namespace", "PublicKey", "RepoRedirect", "Requirement", "Token", "User",
+           "Version", "VersionFile", "as_utc",
            "utcnow"]

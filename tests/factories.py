@@ -27,6 +27,17 @@ from hubcli.format.spec import expected_tensors
 BASE_PARAMETERS = 1_000_000
 LORA = {"type": "lora", "rank": 4, "alpha": 8.0, "placement": ["query", "value"],
         "layers": [0, 1], "layernorm": "frozen"}
+FUSION = {"type": "fusion", "placement": ["attention_output", "ffn_output"], "layers": [0, 1],
+          "layernorm": "frozen"}
+
+
+def requirement(directory: Path, ref: str | None = None) -> dict[str, Any]:
+    """A `requires` entry pinning the adapter folder `directory` (by path unless `ref`)."""
+    manifest = json.loads((Path(directory) / "manifest.json").read_text())
+    where = {"ref": ref} if ref else {"path": str(Path(directory).resolve())}
+    return {"name": manifest["name"], "version": manifest["version"],
+            "manifest_sha256": hashlib.sha256((Path(directory) / "manifest.json").read_bytes()
+                                              ).hexdigest(), **where}
 
 
 def default_manifest(hidden: int = 32, num_layers: int = 2, bottleneck: int = 4) -> dict[str, Any]:
@@ -80,17 +91,16 @@ def refresh_files(directory: Path) -> dict[str, Any]:
 
 
 def _parameters(shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
-    count = {p: sum(math.prod(s) for n, s in shapes.items() if n.startswith(p))
-             for p in ("adapters.", "layernorm.", "head.")}
+    count = {p: sum(math.prod(s) for n, s in shapes.items() if n.startswith(p + "."))
+             for p in ("adapters", "layernorm", "head", "fusion")}
     trainable = sum(count.values())
-    return {"trainable": trainable, "adapters": count["adapters."],
-            "layernorm": count["layernorm."], "head": count["head."],
+    return {"trainable": trainable, **{k: v for k, v in count.items() if v or k != "fusion"},
             "base": BASE_PARAMETERS, "share": trainable / BASE_PARAMETERS}
 
 
 def make_adapter_dir(path: Path, *, hidden: int = 32, num_layers: int = 2, bottleneck: int = 4,
                      seed: int = 0, **overrides: Any) -> Path:
-    """Write a schema-valid adapter folder (manifest.json + adapter.safetensors) at `path`."""
+    """Write a schema-valid adapter folder (manifest.json + its weights file) at `path`."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     manifest = default_manifest(hidden, num_layers, bottleneck)
@@ -101,11 +111,12 @@ def make_adapter_dir(path: Path, *, hidden: int = 32, num_layers: int = 2, bottl
         manifest[key] = {**manifest[key], **value} if merge else value
     shapes = expected_tensors(manifest)
     rng = np.random.default_rng(seed)
+    weights = manifest_io.weights_file(manifest)
     save_file({n: (rng.standard_normal(s) * 0.01).astype(np.float32) for n, s in shapes.items()},
-              str(path / "adapter.safetensors"))
+              str(path / weights))
     if not manifest["parameters"]:
         manifest["parameters"] = _parameters(shapes)
-    manifest["files"] = [file_entry(path, "adapter.safetensors")]
+    manifest["files"] = [file_entry(path, weights)]
     manifest_io.write(path, manifest)
     return path
 

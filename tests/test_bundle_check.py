@@ -135,7 +135,8 @@ def test_missing_tensors_are_counted(adapter):
 def test_a_fresh_adapter_folder_passes_and_returns_its_manifest(adapter):
     manifest = check_bundle(adapter)
     assert manifest["name"] == "tiny-adapter"
-    assert ALLOWED_FILES == ("manifest.json", "adapter.safetensors", "README.md", "model.sig")
+    assert ALLOWED_FILES == ("manifest.json", "adapter.safetensors", "fusion.safetensors",
+                             "README.md", "model.sig")
 
 
 @pytest.mark.parametrize("name,message", [
@@ -149,7 +150,7 @@ def test_only_allowed_file_names(adapter, name, message):
     with pytest.raises(BundleError) as e:
         check_bundle(adapter)
     assert str(e.value) == f"{adapter / name}: {message}"
-    assert "a bundle holds only manifest.json, adapter.safetensors, README.md, model.sig" in \
+    assert "a bundle holds only manifest.json, adapter.safetensors, fusion.safetensors, README.md, model.sig" in \
         e.value.hint
 
 

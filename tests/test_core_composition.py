@@ -128,7 +128,7 @@ def test_training_touches_only_what_is_trained(model, base, what):
 def test_parallel_cannot_be_activated_and_fusions_need_loaded_adapters(model, base):
     fused = Fuse("a", "c")
     model.add_fusion(fused, SEQ)
-    with pytest.raises(AdapterError, match="is a fusion; rows are routed to single adapters"):
+    with pytest.raises(AdapterError, match="is a fusion or stack; rows are routed to single adapters"):
         model.forward_routed(**encode(base.tokenizer, TEXTS[:1]), per_row=[fused.name])
     with pytest.raises(AdapterError, match="cannot be activated"):
         model.activate(Parallel("a", "b"))
@@ -138,3 +138,43 @@ def test_parallel_cannot_be_activated_and_fusions_need_loaded_adapters(model, ba
         model.activate(Fuse("a", "b"))
     with pytest.raises(ValueError, match="at least two"):
         Parallel("a")
+
+
+def test_a_fusion_owning_layernorm_deltas_starts_from_its_components(model, base):
+    """Deltas start at the components' mean, so a fusion of one adapter (with its deltas)
+    computes what that adapter computes, LayerNorms included."""
+    batch = encode(base.tokenizer, TEXTS[:3])
+    fused = Fuse("a", "a")
+    model.add_fusion(fused, SEQ, train_layernorm=True)
+    delta = model.layernorm_sites["embeddings"].deltas
+    assert torch.equal(delta[fused.name].weight_delta, delta["a"].weight_delta)
+    assert delta["a"].weight_delta.abs().sum() > 0  # randomised: the check is not vacuous
+    with torch.no_grad():
+        model.activate(fused)
+        hidden = model.encode(**batch)
+        model.activate("a")
+        expected = model.encode(**batch)
+    assert torch.allclose(hidden, expected, atol=1e-5, rtol=0)
+
+
+def test_a_named_composition_activates_by_name_and_is_never_routed(model, base):
+    batch = encode(base.tokenizer, TEXTS[:2])
+    model.add_adapter("top", HoulsbyConfig(bottleneck=4), SEQ)
+    _randomise(model, "top", seed=9)
+    model.name_composition("top", Stack("a", "top"))
+    with torch.no_grad():
+        model.activate("top")
+        by_name = model(**batch)
+        model.activate(Stack("a", "top"))
+        assert torch.equal(by_name, model(**batch))
+    with pytest.raises(AdapterError, match="top is a fusion or stack"):
+        model.forward_routed(**batch, per_row=["top", "a"])
+    fused = Fuse("a", "b")
+    model.add_fusion(fused, SEQ, sites=[(0, "ffn_output")])
+    assert [k for k, s in model.adapter_sites.items() if fused.name in s.fusions] == [
+        (0, "ffn_output")]
+    model.name_composition("ab", fused)
+    model.remove_adapter("ab")  # the fusion's own parameters go, its components stay
+    assert fused.name not in model.infos and {"a", "b"} <= set(model.infos)
+    with pytest.raises(AdapterError, match="no adapter site at layer 7"):
+        model.add_fusion(fused, SEQ, sites=[(7, "ffn_output")])

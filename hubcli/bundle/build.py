@@ -12,7 +12,7 @@ from hubcli.format.bundle_rules import (README, SIGNATURE, check_listed_files, c
                                  check_weights, hash_files, list_files)
 from hubcli.errors import BundleError
 from hubcli.fsutil import atomic_write_bytes, sha256_file
-from hubcli.format.manifest import MANIFEST, WEIGHTS
+from hubcli.format.manifest import MANIFEST, weights_file
 
 
 def make_bundle(directory: Path) -> dict[str, Any]:
@@ -50,7 +50,7 @@ def make_bundle(directory: Path) -> dict[str, Any]:
         raise BundleError(f"is signed already; bundling would change {README} or {MANIFEST} "
                           f"and invalidate {SIGNATURE}", path=str(directory),
                           hint=f"delete {SIGNATURE}, run `hub bundle` again, then `hub sign`")
-    self_trained = policy.is_self_trained(digests[WEIGHTS], digests[MANIFEST])
+    self_trained = policy.is_self_trained(digests[weights_file(manifest)], digests[MANIFEST])
     atomic_write_bytes(readme, card)
     manifest_io.write(directory, bundled)
     if self_trained:

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hubcli.format.manifest import WEIGHTS
+from hubcli.format.manifest import weights_file
 
 LIBRARY_NAME = "adapter-hub"
 ADAPTER_TAG = "houlsby-adapter"
@@ -90,10 +90,14 @@ def _summary(m: dict[str, Any]) -> list[str]:
     return lines
 
 
-_METHOD_WORDS = {"houlsby": "Houlsby bottleneck adapter", "lora": "LoRA adapter"}
+_METHOD_WORDS = {"houlsby": "Houlsby bottleneck adapter", "lora": "LoRA adapter",
+                 "fusion": "AdapterFusion of the adapters it requires"}
 
 
 def _method_rows(arch: dict[str, Any]) -> list[tuple[str, str]]:
+    if arch["type"] == "fusion":
+        return [("Fusion", f"AdapterFusion over the required adapters at "
+                           f"{' and '.join(arch['placement'])} in layers {_ranges(arch['layers'])}")]
     if arch["type"] == "lora":
         return [("Rank", f"r = {arch['rank']}, alpha = {arch['alpha']:g} (updates (alpha / r) B A x)"),
                 ("Placement", f"the attention {' and '.join(arch['placement'])} projections in "
@@ -105,7 +109,8 @@ def _method_rows(arch: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _details(m: dict[str, Any]) -> list[str]:
     base, arch, params, head = m["base_model"], m["architecture"], m["parameters"], m["head"]
-    weights = next((f["sha256"] for f in m["files"] if f["path"] == WEIGHTS), None)
+    weights_name = weights_file(m)
+    weights = next((f["sha256"] for f in m["files"] if f["path"] == weights_name), None)
     revision = f" (revision `{base['revision']}`)" if base.get("revision") else ""
     rows = [
         ("Base model", f"`{base['name']}`{revision}, {base['model_type']}, hidden size "
@@ -121,7 +126,9 @@ def _details(m: dict[str, Any]) -> list[str]:
                                  f"the base's {params['base']:,}"),
     ]
     if weights:
-        rows.append(("Weights", f"`{WEIGHTS}`, sha256 `{weights}`"))
+        rows.append(("Weights", f"`{weights_name}`, sha256 `{weights}`"))
+    rows += [("Requires", f"`{r.get('ref', r['name'])}` {r['version']}, manifest sha256 "
+                          f"`{r['manifest_sha256']}`") for r in m.get("requires", ())]
     return ["", "## Model details", "", "| | |", "|---|---|",
             *(f"| {k} | {v} |" for k, v in rows)]
 

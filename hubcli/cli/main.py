@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "verify": "hubcli.cli.signing_cmds:verify",
     "trust": "hubcli.cli.signing_cmds:trust",
     "train": "hubcli.cli.model_cmds:train_cmd",
+    "fuse": "hubcli.cli.model_cmds:fuse_cmd",
     "eval": "hubcli.cli.model_cmds:eval_cmd",
     "predict": "hubcli.cli.model_cmds:predict_cmd",
     "export": "hubcli.cli.interop_cmds:export_cmd",

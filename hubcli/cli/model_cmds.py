@@ -50,6 +50,18 @@ def column_options(f):
     return f
 
 
+def output_options(f):
+    for opt in reversed([
+        click.option("--name", help="adapter name [default: the output folder's name]"),
+        click.option("--version", "version", default="0.1.0", show_default=True),
+        click.option("--description", help="one-line description for the model card"),
+        click.option("--quiet", is_flag=True, help="no progress bars"),
+        click.option("--json", "as_json", is_flag=True, help="print the result as JSON"),
+    ]):
+        f = opt(f)
+    return f
+
+
 def attach_options(f):
     for opt in reversed([
         click.option("--base", help="base model folder or Hub id (default: the adapter's own base)"),
@@ -127,19 +139,62 @@ def device_option(default: str, more: str = ""):
               show_default=True, help="bf16/fp16: matrix products in 16 bits under autocast, "
               "weights and loss in fp32; auto: on a CPU bf16 where it has AVX512-BF16 or AMX, "
               "on CUDA bf16 where the GPU has it, else fp16 with a gradient scaler")
-@click.option("--name", help="adapter name [default: the output folder's name]")
-@click.option("--version", "version", default="0.1.0", show_default=True)
-@click.option("--description", help="one-line description for the model card")
-@click.option("--quiet", is_flag=True, help="no progress bars")
-@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+@click.option("--stack", "stack", metavar="ADAPTER",
+              help="train on top of this frozen adapter (folder or NS/NAME@VERSION), applied "
+                   "before the new one at every site (MAD-X: a task adapter on a language "
+                   "adapter); the new adapter's manifest requires it")
+@click.option("--allow-unsigned", is_flag=True,
+              help="with --stack: use an unsigned or untrusted adapter to stack on")
+@output_options
 def train_cmd(train_path, fmt, text_column, text_pair_column, label_column, layers, nproc,
-              as_json, **opts) -> None:
+              as_json, stack, **opts) -> None:
     """Train an adapter (Houlsby, or LoRA with --method lora) on a frozen base model."""
-    from hubcli.local.distributed import from_environment
-    from hubcli.local.train import TrainSettings, train
+    from hubcli.local.train import TrainSettings
 
     s = TrainSettings(train=train_path, fmt=fmt, layers=parse_layers(layers),
+                      columns=columns(text_column, text_pair_column, label_column),
+                      **({"compose": "stack", "components": (stack,)} if stack else {}), **opts)
+    _train_and_report(s, as_json, nproc)
+
+
+@click.command("fuse")
+@click.option("--adapters", required=True, metavar="A,B,...",
+              help="the frozen adapters to fuse, comma-separated: folders or NS/NAME@VERSION")
+@click.option("--task", type=click.Choice(TASK_CHOICES), default="classification", show_default=True)
+@click.option("--train", "train_path", required=True, type=click.Path(path_type=Path),
+              help="training data file")
+@click.option("--validation", type=click.Path(path_type=Path), help="validation data file")
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="output folder")
+@click.option("--overwrite", is_flag=True,
+              help="replace an existing adapter folder at --out (once training succeeded)")
+@column_options
+@click.option("--base", help="base model folder or Hub id (default: the adapters' own base)")
+@click.option("--lr", type=float, help="learning rate [default: 5e-5, Pfeiffer et al. 2021]")
+@click.option("--epochs", type=click.IntRange(min=1), help="[default: 10, Pfeiffer et al. 2021]")
+@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--max-length", type=click.IntRange(min=8), default=128, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--pooling", type=click.Choice(["mean", "cls"]), default="mean", show_default=True)
+@click.option("--precision", type=click.Choice(precision.CHOICES), default="auto",
+              show_default=True, help="as for hub train")
+@click.option("--allow-unsigned", is_flag=True,
+              help="fuse unsigned or untrusted adapters (with a warning)")
+@output_options
+def fuse_cmd(adapters, train_path, fmt, text_column, text_pair_column, label_column, as_json,
+             **opts) -> None:
+    """Train an AdapterFusion over frozen adapters: fusion layers and a new head only."""
+    from hubcli.local.train import TrainSettings
+
+    refs = tuple(a.strip() for a in adapters.split(",") if a.strip())
+    s = TrainSettings(train=train_path, fmt=fmt, compose="fuse", components=refs,
                       columns=columns(text_column, text_pair_column, label_column), **opts)
+    _train_and_report(s, as_json)
+
+
+def _train_and_report(s, as_json: bool, nproc: int = 1) -> None:
+    from hubcli.local.distributed import from_environment
+    from hubcli.local.train import train
+
     if nproc > 1:
         from hubcli.local.launch import launch
 

@@ -183,9 +183,12 @@ def pull(ref: str, source: str, allow_unsigned: bool, registry: str | None, toke
     if as_json:
         echo_json({"ref": r.ref, "repo_id": r.repo_id, "version": r.version, "path": r.path,
                    "commit": r.commit, "source": r.source, "key_id": r.key_id,
-                   "signer": result.signer, "base": result.base})
+                   "signer": result.signer, "base": result.base,
+                   "components": [{"ref": c.ref, "path": c.path} for c in result.components]})
         return
     click.echo(f"pulled {r.ref} into {r.path}")
+    for c in result.components:
+        click.echo(f"  requires {c.ref}: {c.path}")
     click.echo(f"  signed by {result.signer}")
     click.echo(f"  {result.base}")
     click.echo(f"next: hub predict {r.ref} \"some text\"")

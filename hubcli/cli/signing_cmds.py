@@ -70,16 +70,47 @@ def sign(directory: Path, key_path: Path | None) -> None:
 @DIRECTORY
 @JSON
 def verify(directory: Path, as_json: bool) -> None:
-    """Check that a bundle is intact and signed by a trusted key, and say whose."""
+    """Check that a bundle is intact and signed by a trusted key, and say whose; for a fusion
+    or stack, also every adapter it requires (found, verified and pinned as for attaching)."""
     result = verify_bundle(directory)
     m = result.manifest
+    tree = _components(directory) if m.get("requires") else []
     if as_json:
         echo_json({"ok": True, "directory": str(directory), "name": m["name"],
                    "version": m["version"], "key_id": result.key_id,
-                   "signer": result.signer_name})
-    else:
-        click.echo(f"OK: {directory} ({m['name']} {m['version']}) is intact and signed by "
-                   f"{result.signer_label}")
+                   "signer": result.signer_name, **({"components": tree} if tree else {})})
+        return
+    click.echo(f"OK: {directory} ({m['name']} {m['version']}) is intact and signed by "
+               f"{result.signer_label}")
+    _echo_tree(tree, "  ")
+
+
+def _components(directory: Path) -> list[dict]:
+    """The verified component tree of a composed adapter, as JSON-ready dicts.
+
+    Raises:
+        ComponentError, BaseMismatchError, SignatureError, ...: see `verify_adapter`.
+    """
+    from hubcli.format.manifest import MANIFEST
+    from hubcli.local.attach import verify_adapter
+
+    def describe(bundle) -> dict:
+        m = bundle.manifest
+        return {"name": m["name"], "version": m["version"], "directory": str(bundle.directory),
+                "manifest_sha256": bundle.digests[MANIFEST], "status": bundle.status,
+                "signer": bundle.signer_name, "key_id": bundle.key_id,
+                "components": [describe(c) for c in bundle.components]}
+
+    return describe(verify_adapter(directory))["components"]
+
+
+def _echo_tree(tree: list[dict], indent: str) -> None:
+    for c in tree:
+        who = (f"signed by {c['signer'] or c['key_id']}" if c["status"] == "trusted"
+               else "trained on this machine" if c["status"] == "self-trained" else c["status"])
+        click.echo(f"{indent}requires {c['name']} {c['version']}: {c['directory']}, manifest "
+                   f"sha256 as pinned, {who}")
+        _echo_tree(c["components"], indent + "  ")
 
 
 @click.group("trust")

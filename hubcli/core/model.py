@@ -69,6 +69,12 @@ class AdapterModel(nn.Module):
             self.layernorm_sites[name] = _swap(encoder, t.extra_layernorms[name], DeltaLayerNorm)
         self.heads = AdapterTable()
         self.infos: dict[str, AdapterInfo] = {}
+        # names for compositions of loaded adapters (a fusion or stack attached from a
+        # manifest with `requires`): `activate(name)` routes through the block
+        self.compositions: dict[str, Block] = {}
+        # where each attached adapter came from (its manifest's SHA-256), set by whoever
+        # attaches it: a component two composed adapters share is attached once
+        self.sources: dict[str, str] = {}
         self.active: str | None = None
 
     # -- managing named adapters -------------------------------------------------------------
@@ -98,13 +104,19 @@ class AdapterModel(nn.Module):
                 self.training)
         self.infos[name] = AdapterInfo(config, head)
 
-    def add_fusion(self, block: Fuse, head: HeadConfig | None) -> str:
-        """Create fresh AdapterFusion parameters (and a head) over loaded adapters, at every
-        site where one of them has an adapter; returns the fusion's name (`block.name`), under
-        which it is activated, trained and saved like an adapter. Its components stay frozen.
+    def add_fusion(self, block: Fuse, head: HeadConfig | None, *,
+                   sites: Iterable[tuple[int, str]] | None = None,
+                   train_layernorm: bool = False) -> str:
+        """Create fresh AdapterFusion parameters (and a head) over loaded adapters, at `sites`
+        ((layer, placement) pairs; default: every site where one of them has an adapter);
+        returns the fusion's name (`block.name`), under which it is activated, trained and
+        saved like an adapter. Its components stay frozen. With `train_layernorm`, the fusion
+        owns LayerNorm deltas too, starting at the mean of its components' (one component's
+        fusion then computes exactly what that component does).
 
         Raises:
-            AdapterError: a component is not loaded, or the fusion exists already.
+            AdapterError: a component is not loaded, the fusion exists already, or a site the
+                base does not have.
         """
         for n in names_in(block):
             self._require(n)
@@ -112,18 +124,54 @@ class AdapterModel(nn.Module):
         if name in self.infos:
             raise AdapterError(f"a fusion {name} is already loaded")
         components = set(names_in(block))
-        for site in self.adapter_sites.values():
-            if components & set(site.adapters):
-                w = site.base_layer.weight
-                site.fusions[name] = AdapterFusion(site.base_layer.out_features).to(
-                    device=w.device, dtype=w.dtype)
+        wanted = (set(sites) if sites is not None else
+                  {k for k, site in self.adapter_sites.items() if components & set(site.adapters)})
+        if bad := sorted(wanted - set(self.adapter_sites)):
+            raise AdapterError(f"the base has no adapter site at layer {bad[0][0]}, {bad[0][1]}")
+        for key in wanted:
+            site = self.adapter_sites[key]
+            w = site.base_layer.weight
+            site.fusions[name] = AdapterFusion(site.base_layer.out_features).to(
+                device=w.device, dtype=w.dtype)
+        if train_layernorm:
+            for site in self.layernorm_sites.values():
+                delta = site.add(name)
+                own = [site.deltas[n] for n in components if n in site.deltas]
+                with torch.no_grad():
+                    for pname in ("weight_delta", "bias_delta"):
+                        if own:
+                            getattr(delta, pname).copy_(
+                                torch.stack([getattr(d, pname) for d in own]).mean(0))
         if head is not None:
             self.heads[name] = build_head(self.hidden_size, head).to(
                 device=self.encoder.get_input_embeddings().weight.device).train(self.training)
         self.infos[name] = AdapterInfo(block, head)
         return name
 
+    def name_composition(self, name: str, block: Block) -> None:
+        """Let `activate(name)` route through `block` (a Stack or Fuse of loaded adapters, its
+        fusions added): how a composed adapter is used by its own name.
+
+        Raises:
+            AdapterError: a name or fusion in `block` that is not loaded.
+        """
+        for n in names_in(block):
+            self._require(n)
+        for fusion in fusions_in(block):
+            self._require(fusion.name)
+        self.compositions[name] = block
+
     def remove_adapter(self, name: str) -> None:
+        """Remove adapter `name` (for a composed adapter: its own parameters, not its
+        components).
+
+        Raises:
+            AdapterError: no such adapter.
+        """
+        block = self.compositions.pop(name, None)
+        self.sources.pop(name, None)
+        if isinstance(block, Fuse) and name not in self.infos:
+            name = block.name
         self._require(name)
         for site in [*self.adapter_sites.values(), *self.layernorm_sites.values()]:
             site.remove(name)
@@ -144,6 +192,8 @@ class AdapterModel(nn.Module):
         if isinstance(block, Parallel):
             raise AdapterError(f"{block} yields one output per adapter and cannot be activated",
                                hint="use forward_parallel(), or AdapterHub.predict(compose=...)")
+        if isinstance(block, str):
+            block = self.compositions.get(block, block)
         for n in names_in(block):
             self._require(n)
         for fusion in fusions_in(block):
@@ -265,9 +315,9 @@ class AdapterModel(nn.Module):
         for n in per_row:
             if n not in (None, BASE):
                 self._require(n)
-                if isinstance(self.infos[n].config, Fuse):
-                    raise AdapterError(f"{n} is a fusion; rows are routed to single adapters",
-                                       hint="activate() the fusion instead")
+                if isinstance(self.infos[n].config, Fuse) or n in self.compositions:
+                    raise AdapterError(f"{n} is a fusion or stack; rows are routed to single "
+                                       "adapters", hint="activate() it instead")
         ref = self.encoder.get_input_embeddings().weight
         lengths = None if attention_mask is None else attention_mask.sum(1).tolist()
         route = Route.of(per_row, ref.device, lengths)

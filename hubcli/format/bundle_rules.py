@@ -18,14 +18,15 @@ from hubcli.format.safetensors_header import check_tensors, read_safetensors_hea
 from hubcli.format.spec import expected_tensors
 from hubcli.errors import BundleError, ManifestError
 from hubcli.fsutil import sha256_file
-from hubcli.format.manifest import MANIFEST, WEIGHTS
+from hubcli.format.manifest import MANIFEST, WEIGHTS_FILES, weights_file
 
 README = "README.md"
 SIGNATURE = "model.sig"
-ALLOWED_FILES = (MANIFEST, WEIGHTS, README, SIGNATURE)
+# One weights file: adapter.safetensors, or fusion.safetensors for an AdapterFusion.
+ALLOWED_FILES = (MANIFEST, *WEIGHTS_FILES, README, SIGNATURE)
 # Files the manifest's "files" list must describe: all but the manifest itself and the
 # signature, which is written after (and over) the manifest.
-LISTED_FILES = (WEIGHTS, README)
+LISTED_FILES = (*WEIGHTS_FILES, README)
 # Formats that run code when loaded: named explicitly so the refusal says why.
 PICKLE_SUFFIXES = (".pkl", ".pickle", ".pt", ".pth", ".bin", ".ckpt", ".joblib", ".npy", ".npz")
 
@@ -75,7 +76,11 @@ def check_names(directory: Path, names: Collection[str], *,
                               "can run code)", path=path, hint=f"a bundle holds only {allowed}")
         raise BundleError("file not allowed in a bundle", path=path,
                           hint=f"a bundle holds only {allowed}; remove the file")
-    required = [MANIFEST, WEIGHTS]
+    weights = [n for n in WEIGHTS_FILES if n in names]
+    if len(weights) > 1:
+        raise BundleError(f"holds both {' and '.join(weights)}; a bundle has one weights file",
+                          path=str(directory), hint="remove the one its manifest does not use")
+    required = [MANIFEST, *(weights or WEIGHTS_FILES[:1])]
     if require_readme:
         required.append(README)
     if require_signature:
@@ -144,7 +149,12 @@ def check_weights(directory: Path, manifest: dict[str, Any]) -> None:
     except (KeyError, ValueError) as e:
         raise ManifestError(f"cannot derive the tensor layout: {e}",
                             path=str(Path(directory) / MANIFEST)) from None
-    path = Path(directory) / WEIGHTS
+    path = Path(directory) / weights_file(manifest)
+    if not path.is_file():
+        kind = manifest["architecture"].get("type", "houlsby")
+        raise BundleError(f"missing: an adapter of architecture {kind} keeps its weights in "
+                          f"{path.name}", path=str(path),
+                          hint="the manifest and the weights file do not belong together")
     check_tensors(read_safetensors_header(path), expected, path)
 
 

@@ -16,6 +16,9 @@ from hubcli.fsutil import atomic_write_text
 
 MANIFEST = "manifest.json"
 WEIGHTS = "adapter.safetensors"
+# An AdapterFusion's own tensors (fusion layers and head); its components' stay in theirs.
+FUSION_WEIGHTS = "fusion.safetensors"
+WEIGHTS_FILES = (WEIGHTS, FUSION_WEIGHTS)
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 
 
@@ -81,3 +84,9 @@ def write(directory: Path, manifest: dict[str, Any]) -> None:
     """
     validate(manifest, path=str(Path(directory) / MANIFEST))
     atomic_write_text(Path(directory) / MANIFEST, dumps(manifest))
+
+
+def weights_file(manifest: dict[str, Any]) -> str:
+    """The weights file an adapter folder holds: fusion.safetensors for a fusion, else
+    adapter.safetensors."""
+    return FUSION_WEIGHTS if manifest["architecture"].get("type") == "fusion" else WEIGHTS

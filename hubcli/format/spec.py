@@ -19,6 +19,13 @@ LoRA (`architecture.type` "lora"; no LayerNorm deltas):
     adapters.{layer}.{placement}.B.weight      [d, r]   B, zero init; update (alpha / r) B A x
     head.*
 placement is `query` or `value` (the attention projections, d -> d).
+Fusion (`architecture.type` "fusion", in `fusion.safetensors`; components in their own files):
+    fusion.{layer}.{placement}.query.weight    [d, d]   scores (Q y) . (K o_k)
+    fusion.{layer}.{placement}.query.bias      [d]
+    fusion.{layer}.{placement}.key.weight      [d, d]   no bias (softmax ignores it)
+    fusion.{layer}.{placement}.value.weight    [d, d]   identity at the start
+    fusion.{layer}.{placement}.value.bias      [d]
+    head.*
 """
 
 from __future__ import annotations
@@ -65,6 +72,18 @@ def lora_tensors(d: int, r: int, layers: list[int], placement: list[str]) -> dic
     return out
 
 
+def fusion_tensors(d: int, layers: list[int], placement: list[str]) -> dict[str, Shape]:
+    """AdapterFusion at every (layer, placement): query, key and value projections, d -> d."""
+    out: dict[str, Shape] = {}
+    for i in layers:
+        for p in placement:
+            pre = f"fusion.{i}.{p}"
+            out.update({f"{pre}.query.weight": (d, d), f"{pre}.query.bias": (d,),
+                        f"{pre}.key.weight": (d, d), f"{pre}.value.weight": (d, d),
+                        f"{pre}.value.bias": (d,)})
+    return out
+
+
 def layernorm_tensors(d: int, num_layers: int, placement_all: tuple[str, ...],
                       embedding_size: int | None = None) -> dict[str, Shape]:
     """LayerNorm deltas; the embeddings' LayerNorm has the embedding width (ELECTRA: not d)."""
@@ -92,8 +111,10 @@ def expected_tensors(manifest: dict[str, Any]) -> dict[str, Shape]:
         out = adapter_tensors(d, int(arch["bottleneck"]), layers, placement)
     elif method == "lora":
         out = lora_tensors(d, int(arch["rank"]), layers, placement)
+    elif method == "fusion":
+        out = fusion_tensors(d, layers, placement)
     else:
-        raise ValueError(f"unknown adapter method {method!r}; choose from houlsby, lora")
+        raise ValueError(f"unknown adapter method {method!r}; choose from houlsby, lora, fusion")
     if arch.get("layernorm", "delta") == "delta":
         out.update(layernorm_tensors(d, n_layers, PLACEMENTS, base.get("embedding_size")))
     out.update(head_tensors(head["type"], d, int(head["num_outputs"])))

@@ -15,10 +15,14 @@ from hubcli.format.manifest import SCHEMA_DIR
 
 _SCHEMA = json.loads((SCHEMA_DIR / "manifest.schema.json").read_text(encoding="utf-8"))
 _PROPS = _SCHEMA["properties"]
+# The architecture of an AdapterFusion: fusion layers over the adapters it requires, not a
+# method of its own (nothing trains with it alone).
+FUSION = "fusion"
 # One `$defs` entry per adapter method, each with `type` fixed to the method's name.
 _METHOD_DEFS = {d["properties"]["type"]["const"]: d["properties"]
                 for d in _SCHEMA["$defs"].values()
-                if "const" in d.get("properties", {}).get("type", {})}
+                if "const" in d.get("properties", {}).get("type", {})
+                and d["properties"]["type"]["const"] != FUSION}
 
 TASKS: tuple[str, ...] = tuple(_PROPS["task"]["enum"])
 HEAD_TYPES: tuple[str, ...] = tuple(_PROPS["head"]["properties"]["type"]["enum"])

@@ -77,6 +77,11 @@ def export_adapters(adapter_dir: Path, out: Path, *, drop_layernorm_deltas: bool
 def _check(m: dict) -> tuple[str, dict]:
     """(the library's head kind, its adapter config) for our manifest, or the refusal."""
     arch, head = m["architecture"], m["head"]
+    if m.get("requires"):
+        names = ", ".join(f"{r['name']} {r['version']}" for r in m["requires"])
+        raise AdapterError(f"{m['name']} is a fusion or stack over {names}; the adapters "
+                           "library's folder holds one adapter", hint="export each plain "
+                           "adapter on its own, or use --format onnx for the whole composition")
     if m["base_model"]["model_type"] != "bert":
         raise AdapterError(f"base_model.model_type={m['base_model']['model_type']!r}: only BERT "
                            "bases are exported")

@@ -42,7 +42,7 @@ def write_adapter_dir(out: Path, manifest: dict[str, Any], tensors: dict) -> dic
     from safetensors.torch import save_file
 
     with staged_dir(Path(out)) as tmp:
-        weights = tmp / manifest_io.WEIGHTS
+        weights = tmp / manifest_io.weights_file(manifest)
         save_file({k: v.detach().float().contiguous() for k, v in tensors.items()}, str(weights),
                   metadata={"format": "pt", "adapter": manifest["name"]})
         manifest = {**manifest, "files": [file_entry(weights)]}
@@ -50,8 +50,9 @@ def write_adapter_dir(out: Path, manifest: dict[str, Any], tensors: dict) -> dic
     return manifest
 
 
-def read_adapter_weights(directory: Path) -> dict:
-    """The tensors of `directory/adapter.safetensors` (safetensors only, no pickle).
+def read_adapter_weights(directory: Path, file: str = manifest_io.WEIGHTS) -> dict:
+    """The tensors of `directory/file` (adapter.safetensors, or a fusion's
+    fusion.safetensors; safetensors only, no pickle).
 
     Raises:
         AdapterError: the file is missing or unreadable.
@@ -59,7 +60,7 @@ def read_adapter_weights(directory: Path) -> dict:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    path = Path(directory) / manifest_io.WEIGHTS
+    path = Path(directory) / file
     try:
         return load_file(str(path))
     except FileNotFoundError:

@@ -1,8 +1,8 @@
 """Attaching a saved adapter to a frozen base: verify first, then load weights.
 
 Order matters: signature and file digests are checked (`verify_adapter`, once, into a
-`VerifiedBundle`), then the base's content hash is compared with the manifest's, and only then
-is any weight read.
+`VerifiedBundle`; for a composed adapter, every component too, see `compose.py`), then the
+base's content hash is compared with the manifest's, and only then is any weight read.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from hubcli.errors import BaseMismatchError
+from hubcli.format.manifest import MANIFEST, weights_file
+from hubcli.format.vocab import FUSION
 
 if TYPE_CHECKING:
     from hubcli.signing.policy import VerifiedBundle
@@ -48,7 +50,10 @@ def verify_adapter(directory: Path, *, allow_unsigned: bool = False,
     bundle = check_attach(Path(directory), allow_unsigned=allow_unsigned,
                           extra_public_keys=registry_keys_for(Path(directory)))
     notify(bundle.message)
-    return bundle
+    from hubcli.local.compose import resolve_components
+
+    return resolve_components(
+        bundle, lambda d: verify_adapter(d, allow_unsigned=allow_unsigned, notify=notify), notify)
 
 
 def attach(model, base_info, bundle: VerifiedBundle, *, name: str | None = None,
@@ -57,25 +62,79 @@ def attach(model, base_info, bundle: VerifiedBundle, *, name: str | None = None,
     """Add the verified adapter `bundle` to `model` (an AdapterModel) as `name` (default: the
     manifest's name). Returns the manifest.
 
+    A composed adapter's components are attached first, each under its own manifest name
+    (once: one already attached from the same manifest is shared), then its own part: a
+    fusion over them, or its adapter stacked on them; `model.activate(name)` then routes
+    through the whole composition.
+
     Raises:
         BaseMismatchError: the base differs and that is not allowed; before any weight loads.
-        AdapterError: the weights file cannot be read.
+        AdapterError: the weights file cannot be read, or another adapter of a component's
+            name is attached.
     """
-    from hubcli.local.adapterdir import read_adapter_weights
-    from hubcli.core.config import config_from_manifest
-    from hubcli.core.heads import HeadConfig
-
     manifest = bundle.manifest
     check_base(manifest, base_info, allow_base_mismatch=allow_base_mismatch, notify=notify)
     name = name or manifest["name"]
-    model.add_adapter(name, config_from_manifest(manifest["architecture"]),
-                      HeadConfig.from_manifest(manifest["head"]))
-    try:
-        model.load_adapter_state(name, read_adapter_weights(bundle.directory))
-    except Exception:
-        model.remove_adapter(name)
-        raise
+    blocks = [_attach_component(model, base_info, c, allow_base_mismatch, notify)
+              for c in bundle.components]
+    _attach_own(model, bundle, name, blocks)
+    model.sources[name] = bundle.digests[MANIFEST]
     return manifest
+
+
+def _attach_component(model, base_info, component: VerifiedBundle, allow_base_mismatch: bool,
+                      notify: Callable[[str], None]):
+    """The block a component is used as (its name, or its own composition), attached unless
+    the same manifest is attached already.
+
+    Raises:
+        AdapterError: another adapter of its name is attached.
+    """
+    from hubcli.errors import AdapterError
+
+    name = component.manifest["name"]
+    digest = component.digests[MANIFEST]
+    if name in model.sources:
+        if model.sources[name] != digest:
+            raise AdapterError(f"another adapter named {name!r} is attached already",
+                               hint="remove it first: a composed adapter needs its own "
+                                    f"{name} {component.manifest['version']}")
+    else:
+        attach(model, base_info, component, allow_base_mismatch=allow_base_mismatch,
+               notify=notify)
+    return model.compositions.get(name, name)
+
+
+def _attach_own(model, bundle: VerifiedBundle, name: str, blocks: list) -> None:
+    """Add the adapter's own tensors: a plain adapter, an adapter stacked on `blocks`, or a
+    fusion over them; all or nothing."""
+    from hubcli.core.composition import Fuse, Stack
+    from hubcli.core.config import config_from_manifest
+    from hubcli.core.heads import HeadConfig
+    from hubcli.local.adapterdir import read_adapter_weights
+
+    manifest = bundle.manifest
+    arch, head = manifest["architecture"], HeadConfig.from_manifest(manifest["head"])
+    if arch["type"] == FUSION:
+        block = Fuse(*blocks)
+        own = model.add_fusion(block, head, sites=fusion_sites(arch),
+                               train_layernorm=arch["layernorm"] == "delta")
+    else:
+        own, block = name, (Stack(*blocks, name) if blocks else None)
+        model.add_adapter(name, config_from_manifest(arch), head)
+    try:
+        model.load_adapter_state(own, read_adapter_weights(bundle.directory,
+                                                           weights_file(manifest)))
+        if block is not None:
+            model.name_composition(name, block)
+    except Exception:
+        model.remove_adapter(own)
+        raise
+
+
+def fusion_sites(arch: dict) -> list[tuple[int, str]]:
+    """Where a fusion's layers sit: every listed layer at every listed placement."""
+    return [(i, p) for i in arch["layers"] for p in arch["placement"]]
 
 
 def base_for(manifest: dict, override: str | None) -> str | None:

@@ -3,6 +3,8 @@
 AdamW, linear warmup over the first 10% of steps then linear decay to 0, batch 32, evaluation
 after every epoch, and the best epoch's weights kept. Only the adapter's tensors (bottlenecks,
 LayerNorm deltas, head) get gradients; with `full_finetune` every weight does (the baseline).
+With `compose` ("fuse": `hub fuse`, "stack": `hub train --stack`), frozen components are
+attached first and only the fusion or the stacked adapter trains (see `fuse.py`).
 """
 
 from __future__ import annotations
@@ -64,10 +66,15 @@ class TrainSettings:
     description: str | None = None
     quiet: bool = False
     overwrite: bool = False  # replace an existing trained folder at `out`
+    compose: str | None = None  # "fuse" or "stack" (hubcli/local/fuse.py)
+    components: tuple[str, ...] = ()  # folders or NS/NAME@VERSION, frozen
+    allow_unsigned: bool = False  # components unsigned or signed by an untrusted key
 
     @property
     def learning_rate(self) -> float:
-        return self.lr if self.lr is not None else (5e-5 if self.full_finetune else 1e-3)
+        if self.lr is not None:
+            return self.lr
+        return 5e-5 if self.full_finetune or self.compose == "fuse" else 1e-3
 
 
 @dataclass
@@ -128,6 +135,14 @@ def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
     s = _placed(s, group)
     if not group.is_main:  # rank 0 speaks for the run
         log, s = (lambda _m: None), replace(s, quiet=True)
+    components = _components(s, log)
+    if components:
+        from hubcli.local.attach import base_for
+
+        manifest = components[0].bundle.manifest
+        theirs = manifest["base_model"]
+        s = replace(s, base=base_for(manifest, s.base),
+                    base_revision=s.base_revision or (None if s.base else theirs.get("revision")))
     task = get_task(s.task)
     task.notify = log
     if s.streaming:
@@ -145,14 +160,16 @@ def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
     # torch only now: every check above answers in a fraction of a second without it
     distributed.start(group, s.device)
     try:
-        return _train(s, task, train_ex, val_ex, labels, group, log)
+        return _train(s, task, train_ex, val_ex, labels, group, log, components)
     finally:
         distributed.stop(group)
 
 
 def _train(s: TrainSettings, task, train_ex, val_ex: list, labels: list[str],
-           group: distributed.Group, log: Callable[[str], None]) -> TrainResult:
-    """Train on `train_ex` (a list of examples, or a streaming.TrainStream)."""
+           group: distributed.Group, log: Callable[[str], None], components: list
+           ) -> TrainResult:
+    """Train on `train_ex` (a list of examples, or a streaming.TrainStream), over the frozen
+    `components` of a fusion or stack if any."""
     import torch
 
     from hubcli.base.load import load_base
@@ -172,8 +189,11 @@ def _train(s: TrainSettings, task, train_ex, val_ex: list, labels: list[str],
         task.fit_loss(train_feats, s.batch_size)
         source = EpochBatches(train_feats, s.batch_size, s.seed, by_length=task.bucket_by_length)
     if s.epochs is None and s.max_steps is None:
-        s = replace(s, epochs=auto_epochs(source.examples, s.batch_size * s.grad_accum))
-    run = _Run(s, task, labels, base, log)
+        from hubcli.local.fuse import FUSE, FUSION_EPOCHS
+
+        s = replace(s, epochs=FUSION_EPOCHS if s.compose == FUSE else
+                    auto_epochs(source.examples, s.batch_size * s.grad_accum))
+    run = _Run(s, task, labels, base, log, components)
     val_feats = task.encode(val_ex, base.tokenizer, labels, s.max_length) if val_ex else []
     trainer = Trainer(run, source, group, log)
     if s.resume:
@@ -199,17 +219,40 @@ def head_dropout(config) -> float:
     return float(value if value is not None else getattr(config, "hidden_dropout_prob", 0.1))
 
 
+def _components(s: TrainSettings, log: Callable[[str], None]) -> list:
+    """The frozen components of a fusion or stack, verified, before the base loads.
+
+    Raises:
+        OptionError: see `fuse.check_components`; components with --full-finetune.
+        ComponentError, BaseMismatchError, SignatureError, ...: see `fuse.load_components`.
+    """
+    if s.compose is None:
+        return []
+    from hubcli.errors import OptionError
+    from hubcli.local.fuse import check_components, load_components
+
+    if s.full_finetune:
+        raise OptionError("--full-finetune", True, "trains every weight; a fusion or stack "
+                          "keeps its components frozen", hint="drop --full-finetune")
+    check_components(s.components, s.compose)
+    return load_components(s.components, Path(s.out), allow_unsigned=s.allow_unsigned,
+                           notify=log)
+
+
 class _Run:
     """One training run: the model, its trainable parameters, and saving (the loop:
     loop.Trainer)."""
 
-    def __init__(self, s: TrainSettings, task, labels: list[str], base, log):
+    def __init__(self, s: TrainSettings, task, labels: list[str], base, log,
+                 components: list | None = None):
         from hubcli.core.config import HoulsbyConfig, LoraConfig
         from hubcli.core.heads import HeadConfig
         from hubcli.core.model import AdapterModel, FullFinetuneModel
 
         self.s, self.task, self.labels, self.base, self.log = s, task, labels, base, log
         self.name = s.name or Path(s.out).name
+        self.own = self.name  # the name its tensors are under (a fusion's: Fuse(a, b, ...))
+        self.components, self.fusion_arch = components or [], None
         self.head = HeadConfig(task.head_type, task.num_outputs(labels), tuple(labels),
                                pooling=s.pooling, dropout=head_dropout(base.encoder.config))
         if s.full_finetune:
@@ -221,26 +264,37 @@ class _Run:
                            HoulsbyConfig(bottleneck=s.bottleneck, layers=s.layers,
                                          init_scale=s.init_scale))
             self.model = AdapterModel(base.encoder)
-            self.model.add_adapter(self.name, self.config, self.head)
-            self.model.activate(self.name)
-            self.params = self.model.trainable_parameters(self.name)
+            if self.components:
+                from hubcli.local.fuse import build
+
+                self.own, self.fusion_arch = build(self.model, base.info, self.components,
+                                                   s.compose, self.name, self.head,
+                                                   self.config, log)
+            else:
+                self.model.add_adapter(self.name, self.config, self.head)
+                self.model.activate(self.name)
+            self.params = self.model.trainable_parameters(self.own)
+            # components stay frozen: no gradient is even computed for them
+            own = {id(p) for p in self.params}
+            for p in self.model.parameters():
+                p.requires_grad_(id(p) in own)
 
     def parameter_counts(self) -> dict[str, int]:
         if self.s.full_finetune:
             n = sum(p.numel() for p in self.params)
             return {"trainable": n, "base": self.base.info.num_parameters}
-        return self.model.parameter_counts(self.name)
+        return self.model.parameter_counts(self.own)
 
     def snapshot(self) -> dict:
         if self.s.full_finetune:
             return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        return self.model.adapter_state_dict(self.name)
+        return self.model.adapter_state_dict(self.own)
 
     def restore(self, state: dict) -> None:
         if self.s.full_finetune:
             self.model.load_state_dict(state)
         else:
-            self.model.load_adapter_state(self.name, state)
+            self.model.load_adapter_state(self.own, state)
 
     def save(self, history, best, steps: int, digests, *, processes: int = 1) -> dict | None:
         from hubcli.local.adapterdir import framework_versions, now_iso, write_adapter_dir
@@ -268,12 +322,14 @@ class _Run:
             **({"description": s.description} if s.description else {}),
             "task": self.task.name, "head": self.head.to_manifest(),
             "base_model": self.base.info.to_manifest(),
-            "architecture": self.config.to_manifest(self.model.num_layers),
+            "architecture": self.fusion_arch or self.config.to_manifest(self.model.num_layers),
+            **({"requires": [c.requirement for c in self.components]} if self.components
+               else {}),
             "parameters": {**counts, "share": round(counts["trainable"] / counts["base"], 6)},
             "training": training, "metrics": metrics, "files": [], "created": now_iso(),
             "framework": framework_versions(),
         }
-        manifest = write_adapter_dir(Path(s.out), manifest, self.model.adapter_state_dict(self.name))
+        manifest = write_adapter_dir(Path(s.out), manifest, self.model.adapter_state_dict(self.own))
         from hubcli.signing.policy import record_trained
 
         record_trained(Path(s.out))  # so predicting with your own fresh adapter needs no signature

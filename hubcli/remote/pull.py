@@ -3,6 +3,10 @@ copy into a private folder, verify there (signature from a trusted or registry k
 weights header), and only then move it into place and record it. A download that fails
 verification is removed from the cache too, so it is fetched afresh next time.
 
+A composed adapter (a fusion, or an adapter stacked on others) brings its components: each
+one its manifest's `requires` names is pulled from the same remote (unless pulled before),
+verified the same way, and must have the pinned manifest digest.
+
 Layout:  $HUB_HOME/hf-cache/<host>/models--NS--NAME/...    (huggingface_hub's cache)
          $HUB_HOME/adapters/<host>/NS/NAME/VERSION/          (verified bundles)
 """
@@ -18,9 +22,10 @@ from typing import Callable
 
 from hubcli.format import manifest as manifest_io
 from hubcli.remote import pull_records as pulled
-from hubcli.errors import HubError, NotFoundError, RegistryError, UsageError
+from hubcli.errors import ComponentError, HubError, NotFoundError, RegistryError, UsageError
+from hubcli.format.manifest import MANIFEST
 from hubcli.format.vocab import ADAPTER_REF as REF
-from hubcli.fsutil import staged_dir
+from hubcli.fsutil import sha256_file, staged_dir
 from hubcli.remote.client import (MAIN, REGISTRY, Remote, download_snapshot, namespace_keys,
                                   purge_snapshot, version_info)
 from hubcli.settings import ADAPTERS_DIR, HF_CACHE_DIR, home_path, save_config
@@ -36,6 +41,7 @@ class PullResult:
     signer: str  # who signed it, for people: 'alice (sha256:...)'
     base: str  # where the base will come from, for people
     warnings: tuple[str, ...] = ()
+    components: tuple[pulled.PullRecord, ...] = ()  # what it requires, pulled or found
 
 
 def parse_ref(ref: str) -> tuple[str, str | None]:
@@ -65,6 +71,7 @@ def pull(ref: str, remote: Remote, *, allow_unsigned: bool = False,
         SignatureError, BundleError, ManifestError: the download does not verify (and was
             removed from the cache).
         ModelError: the registry's copy of the base does not hash as the manifest says.
+        ComponentError: a component it requires cannot be pulled, or is not the pinned one.
     """
     repo_id, wanted = parse_ref(ref)
     keys = _registry_keys(remote, repo_id.split("/")[0])
@@ -89,7 +96,43 @@ def pull(ref: str, remote: Remote, *, allow_unsigned: bool = False,
     _fetch_missing_base(remote, manifest["base_model"], notify)
     # `main` never resolves to a yanked version; only an exact one can be yanked
     warnings = _yank_warning(remote, record) if wanted is not None else []
-    return PullResult(record, _signer(verdict), describe_base(manifest), tuple(warnings))
+    components = [_pull_component(r, remote, allow_unsigned, notify)
+                  for r in manifest.get("requires", ())]
+    if components:
+        save_config({LAST_PULLED: record.ref})  # the composed adapter, not its last component
+    return PullResult(record, _signer(verdict), describe_base(manifest),
+                      tuple(warnings + [w for _, ws in components for w in ws]),
+                      tuple(c for c, _ in components))
+
+
+def _pull_component(requirement: dict, remote: Remote, allow_unsigned: bool,
+                    notify: Callable[[str], None]) -> tuple[pulled.PullRecord, list[str]]:
+    """(the pull record, warnings) of a component a composed adapter requires: pulled before,
+    else pulled now from `remote`; either way with the pinned manifest digest.
+
+    Raises:
+        ComponentError: no registry reference, cannot be pulled, or another manifest digest.
+    """
+    name = f"{requirement.get('ref', requirement['name'])}@{requirement['version']}"
+    if "ref" not in requirement:
+        raise ComponentError("it is required by a local folder only and cannot be pulled",
+                             component=name, hint="ask the publisher to compose it from "
+                                                  "registry references")
+    found, warnings = pulled.find(requirement["ref"], requirement["version"]), []
+    if found is None or sha256_file(Path(found.path) / MANIFEST) != requirement["manifest_sha256"]:
+        try:
+            result = pull(f"{requirement['ref']}@{requirement['version']}", remote,
+                          allow_unsigned=allow_unsigned, notify=notify)
+        except HubError as e:
+            raise ComponentError(f"cannot be pulled: {e}", component=name, hint=e.hint) from None
+        found, warnings = result.record, list(result.warnings)
+    digest = sha256_file(Path(found.path) / MANIFEST)
+    if digest != requirement["manifest_sha256"]:
+        raise ComponentError(f"{remote.endpoint} serves it with manifest sha256 {digest}, but "
+                             f"the adapter requiring it was composed with "
+                             f"{requirement['manifest_sha256']}", component=name,
+                             hint="the registry's copy is not the one it was trained with")
+    return found, warnings
 
 
 def _fetch_missing_base(remote: Remote, base: dict, notify: Callable[[str], None]) -> None:

@@ -47,8 +47,16 @@ class Engine:
         """Verify the adapter in `folder` and attach it in a new slot; the slot.
 
         Raises:
-            SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError.
+            SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError (also
+                for a fusion or stack: batches route each row through one adapter).
         """
+        from hubcli.errors import AdapterError
+        from hubcli.format import manifest as manifest_io
+
+        if manifest_io.read(Path(folder)).get("requires"):
+            raise AdapterError(f"{folder} is a fusion or stacked adapter; the server routes "
+                               "each row through one adapter and cannot serve it yet",
+                               hint="use hub predict or hubcli.api.AdapterHub for it")
         slot = f"slot{next(self._slots)}"
         with self._lock:
             self.hub.load(folder, name=slot, **self.attach_policy)

@@ -1,7 +1,7 @@
 """May this adapter folder be attached? Trusted signature, or trained on this machine, or the
 user allowed unsigned adapters. Decided before any weight is loaded; torch-free.
 
-Adapters you trained yourself are remembered by content (SHA-256 of adapter.safetensors and
+Adapters you trained yourself are remembered by content (SHA-256 of the weights file and
 manifest.json) in `$HUB_HOME/trained.json`, so train -> predict works without signing.
 """
 
@@ -19,7 +19,7 @@ from hubcli.format.bundle_rules import (SIGNATURE, check_listed_files, check_nam
                                         check_weights, hash_files, list_files)
 from hubcli.errors import NoSignatureError, UntrustedSignerError
 from hubcli.fsutil import atomic_write_text, sha256_file
-from hubcli.format.manifest import MANIFEST, WEIGHTS
+from hubcli.format.manifest import MANIFEST, WEIGHTS_FILES, weights_file
 from hubcli.settings import TRAINED_FILE, home_path
 from hubcli.signing import trust, verdicts
 from hubcli.signing.verify import check_signer_claim, signer_name, verify_digests
@@ -41,6 +41,9 @@ class VerifiedBundle:
     key_id: str | None
     signer_name: str | None
     message: str  # one line for the caller to print
+    # a composed adapter's components (its manifest's `requires`, in order), each verified
+    # likewise and pinned by manifest digest; filled in by `hubcli.local.compose`
+    components: tuple[VerifiedBundle, ...] = ()
 
 
 def _trained_path() -> Path:
@@ -60,7 +63,8 @@ def record_trained(directory: Path) -> None:
     """Remember the adapter in `directory` as trained here (replacing an older record of the
     same folder). Called by `hub train` after writing, and by `hub bundle`."""
     directory = Path(directory)
-    entry = {"adapter_sha256": sha256_file(directory / WEIGHTS),
+    weights = next((n for n in WEIGHTS_FILES if (directory / n).is_file()), WEIGHTS_FILES[0])
+    entry = {"adapter_sha256": sha256_file(directory / weights),
              "manifest_sha256": sha256_file(directory / MANIFEST),
              "path": str(directory.resolve()),
              "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds")}
@@ -99,7 +103,8 @@ def check_attach(directory: Path, *, allow_unsigned: bool = False,
     try:
         key = _verified_signer(directory, trust.accepted_keys(extra_public_keys), digests)
     except (NoSignatureError, UntrustedSignerError) as refusal:
-        key, (status, message) = None, _unverified(directory, digests, refusal, allow_unsigned)
+        key, (status, message) = None, _unverified(directory, digests.get(weights_file(manifest)),
+                                                   digests.get(MANIFEST), refusal, allow_unsigned)
     check_names(directory, sizes)
     check_listed_files(directory, manifest, sizes, digests)
     check_weights(directory, manifest)
@@ -134,7 +139,7 @@ def _verified_signer(directory: Path, candidates: list[trust.TrustedKey],
     return key
 
 
-def _unverified(directory: Path, digests: dict[str, str],
+def _unverified(directory: Path, weights_sha256: str | None, manifest_sha256: str | None,
                 refusal: NoSignatureError | UntrustedSignerError,
                 allow_unsigned: bool) -> tuple[Literal["self-trained", "unsigned-allowed"], str]:
     """(status, message) for an adapter that may be attached without a trusted signature.
@@ -144,7 +149,7 @@ def _unverified(directory: Path, digests: dict[str, str],
     """
     what = ("not signed" if isinstance(refusal, NoSignatureError)
             else "signed by a key that is not trusted")
-    if is_self_trained(digests.get(WEIGHTS), digests.get(MANIFEST)):
+    if is_self_trained(weights_sha256, manifest_sha256):
         return ("self-trained", f"notice: {directory} is {what}; using it because you trained "
                 "it on this machine (sign it with `hub sign` before sharing it)")
     if allow_unsigned:

@@ -38,7 +38,7 @@ from registry_server.errors import (BadRequest, Conflict, PayloadTooLarge, Rejec
                                     SignatureRejected)
 from registry_server.models import (ADAPTER, BASE, Adapter, Blob, LfsUpload, User, Version,
                                     VersionFile, utcnow)
-from registry_server.services import bases
+from registry_server.services import bases, dependencies
 from registry_server.services.accounts import list_public_keys
 from registry_server.services.repos import refresh_latest, require_writer, resolve_revision
 from registry_server.storage import BlobStorage
@@ -106,8 +106,9 @@ def commit(session: Session, storage: BlobStorage, adapter: Adapter, user: User,
         Forbidden: `user` may not push here. RevisionNotFound: unknown parent commit.
         BadRequest: an LFS object that was not uploaded to this adapter.
         PayloadTooLarge: a limit is exceeded.
-        Rejected: not a valid bundle (names, manifest, digests, weights header), or the
-            manifest names another adapter.
+        Rejected: not a valid bundle (names, manifest, digests, weights header), the
+            manifest names another adapter, or requires one this registry does not have
+            (by reference, exact version and manifest digest).
         SignatureRejected: not signed by a key registered to `user`.
         Conflict: the version exists with other content, or was deleted.
     """
@@ -118,11 +119,13 @@ def commit(session: Session, storage: BlobStorage, adapter: Adapter, user: User,
     bundle.mkdir()
     _materialise(storage, tree, bundle)
     digest = tree_digest(tree)
+    required: list[Version] = []  # what a composed adapter's manifest requires
     if bases.is_base_push(session, adapter, set(tree)):
         existing = bases.same_content(session, adapter, digest)
         fields = None if existing else _base_fields(session, adapter, bundle, tree)
     else:
         fields = _adapter_fields(*_check_policy(session, adapter, user, bundle, tree))
+        required = dependencies.resolve(session, fields.manifest)
         existing = _existing(session, adapter, fields.version, digest)
     if existing is not None:
         return CommitResult(existing, created=False)
@@ -133,7 +136,8 @@ def commit(session: Session, storage: BlobStorage, adapter: Adapter, user: User,
         if entry.source is not None:
             storage.put(entry.sha256, bundle / path)
     card = _read_card(bundle)
-    return _record(session, adapter, user, request.summary, fields, digest, card, tree, hashes)
+    return _record(session, adapter, user, request.summary, fields, digest, card, tree, hashes,
+                   required)
 
 
 @dataclass(frozen=True)
@@ -346,7 +350,7 @@ def _read_card(bundle: Path) -> str:
 
 def _record(session: Session, adapter: Adapter, user: User, summary: str, fields: _Fields,
             digest: str, card: str, tree: dict[str, _Entry],
-            hashes: dict[str, tuple[str, str, int]]) -> CommitResult:
+            hashes: dict[str, tuple[str, str, int]], required: list[Version]) -> CommitResult:
     """Insert the version in one transaction, holding the adapter's row lock."""
     name = fields.version
     try:
@@ -365,6 +369,7 @@ def _record(session: Session, adapter: Adapter, user: User, summary: str, fields
             signer_key_id=fields.signer_key_id, pushed_by_id=user.id,
             files=[VersionFile(path=p, blob_sha256=e.sha256) for p, e in sorted(tree.items())])
         session.add(version)
+        session.add_all(dependencies.record(version, required))
         session.flush()
         adapter.kind, adapter.updated_at = fields.kind, utcnow()
         refresh_latest(session, adapter)

@@ -7,6 +7,7 @@ from sqlalchemy.orm import Session
 
 from registry_server.errors import BadRequest, RevisionNotFound
 from registry_server.models import Adapter, User, Version, utcnow
+from registry_server.services import dependencies
 from registry_server.services.repos import refresh_latest, require_writer
 
 MAX_REASON = 500
@@ -65,6 +66,7 @@ def delete(session: Session, adapter: Adapter, user: User, version: str) -> Vers
 
     Raises:
         Forbidden, RevisionNotFound: as for `yank`.
+        Conflict: live versions require it (named); yanking is allowed instead.
     """
     require_writer(session, adapter.namespace, user)
     found = get_version(session, adapter, version)
@@ -78,7 +80,12 @@ def delete(session: Session, adapter: Adapter, user: User, version: str) -> Vers
 def mark_deleted(session: Session, version: Version) -> None:
     """Mark one version deleted, inside the caller's transaction (which holds the adapter's
     lock and refreshes `main`): the one step both a version's and a repository's deletion
-    take, so what may not be deleted is decided here for both."""
+    take, so what may not be deleted is decided here for both.
+
+    Raises:
+        Conflict (409): live versions of other adapters require it.
+    """
+    dependencies.refuse_if_required(session, version)
     version.deleted_at = utcnow()
 
 

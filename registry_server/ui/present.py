@@ -72,6 +72,8 @@ def architecture_rows(manifest: dict[str, Any]) -> Rows:
     if arch.get("type") == "lora":
         rows = [("Method", "LoRA"),
                 ("Rank", f"{arch.get('rank', '?')} (alpha {arch.get('alpha', '?')})")]
+    elif arch.get("type") == "fusion":
+        rows = [("Method", "AdapterFusion over the adapters it uses")]
     else:
         bottleneck = arch.get("bottleneck", "?")
         rows = [("Bottleneck", f"{bottleneck} (each adapter maps d → {bottleneck} → d)")]
@@ -85,7 +87,7 @@ def architecture_rows(manifest: dict[str, Any]) -> Rows:
         share = params.get("share")
         of_base = f" ({share:.2%} of the base)" if isinstance(share, (int, float)) else ""
         rows.append(("Trainable parameters", number(params["trainable"]) + of_base))
-        parts = [f"{k} {number(params[k])}" for k in ("adapters", "layernorm", "head")
+        parts = [f"{k} {number(params[k])}" for k in ("adapters", "fusion", "layernorm", "head")
                  if isinstance(params.get(k), int)]
         if parts:
             rows.append(("Split", ", ".join(parts)))

@@ -10,7 +10,7 @@ from registry_server.db import db
 from registry_server.errors import RepoNotFound
 from registry_server.httputil import public_url
 from registry_server.models import BASE, Adapter, Version
-from registry_server.services import bases, repos, search
+from registry_server.services import bases, dependencies, repos, search
 from registry_server.services import versions as version_service
 from registry_server.ui import chart, present, queries, tryit
 from registry_server.ui.blueprint import bp
@@ -86,7 +86,9 @@ def _render(adapter: Adapter, versions: list[Version], shown: Version | None,
         usage=usage(adapter.repo_id, shown.version, manifest), tried=tried,
         example=example_text(manifest),
         try_it=bool(current_app.config["INFERENCE_URL"]),
-        hosted_base=bases.find_by_hash(db.session, viewer(), shown.base_model_hash))
+        hosted_base=bases.find_by_hash(db.session, viewer(), shown.base_model_hash),
+        uses=dependencies.uses(db.session, shown),
+        used_by=dependencies.used_by(db.session, shown))
 
 
 def example_text(manifest: dict) -> str:

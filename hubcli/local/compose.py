@@ -1,0 +1,107 @@
+"""Composed adapters: an AdapterFusion, or an adapter stacked on others (MAD-X), whose
+manifest's `requires` pins each component by name, exact version and manifest SHA-256.
+
+Resolving a composed adapter finds every component (its folder as recorded, else the pull
+cache, else the registry, pulled and verified like any pull), verifies it like the adapter
+itself (signature, digests, weights header), refuses one whose manifest digest differs, naming
+it, and refuses components trained on another base: all before the base or any weight loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from hubcli.errors import BaseMismatchError, ComponentError, HubError
+from hubcli.format.manifest import MANIFEST
+
+if TYPE_CHECKING:
+    from hubcli.signing.policy import VerifiedBundle
+
+Verify = Callable[[Path], "VerifiedBundle"]
+
+
+def pin(bundle: VerifiedBundle, *, ref: str | None = None,
+        path: str | None = None) -> dict[str, Any]:
+    """The `requires` entry for a verified component: its name, version and manifest digest,
+    and where to find it (a registry reference NS/NAME and/or a folder)."""
+    where = {k: v for k, v in (("ref", ref), ("path", path)) if v}
+    return {"name": bundle.manifest["name"], "version": bundle.manifest["version"],
+            "manifest_sha256": bundle.digests[MANIFEST], **where}
+
+
+def label(requirement: dict[str, Any]) -> str:
+    """How a component is named to people: 'alice/sst2-adapter@0.1.0' or 'sst2-adapter@0.1.0'."""
+    return f"{requirement.get('ref', requirement['name'])}@{requirement['version']}"
+
+
+def resolve_components(bundle: VerifiedBundle, verify: Verify,
+                       notify: Callable[[str], None]) -> VerifiedBundle:
+    """`bundle` with its components found, verified (by `verify`, which resolves theirs in
+    turn) and checked against their pins and its base.
+
+    Raises:
+        ComponentError: a component not found, or whose manifest digest differs (named).
+        BaseMismatchError: a component trained on another base (named).
+        SignatureError, BundleError, ManifestError, RegistryError: from verifying or pulling.
+    """
+    requires = bundle.manifest.get("requires", ())
+    if not requires:
+        return bundle
+    components = tuple(_find(r, Path(bundle.directory), verify, notify) for r in requires)
+    base = bundle.manifest["base_model"]
+    for requirement, component in zip(requires, components):
+        theirs = component.manifest["base_model"]["content_hash"]
+        if theirs != base["content_hash"]:
+            raise BaseMismatchError(expected=base["content_hash"], actual=theirs,
+                                    expected_name=base["name"], component=label(requirement))
+    return replace(bundle, components=components)
+
+
+def _find(requirement: dict[str, Any], parent: Path, verify: Verify,
+          notify: Callable[[str], None]) -> VerifiedBundle:
+    """The verified folder of one component: its recorded folder when it holds the pinned
+    manifest, else the pull cache or the registry by its reference.
+
+    Raises:
+        ComponentError: nowhere to be found, or the pinned digest differs.
+    """
+    name = label(requirement)
+    if "path" in requirement:
+        folder = (parent / requirement["path"]).resolve()
+        if folder.is_dir():
+            found = verify(folder)
+            if _matches(found, requirement) or "ref" not in requirement:
+                return _checked(found, requirement)
+            notify(f"notice: {folder} is not the {name} this adapter was composed with; "
+                   f"looking for {requirement['ref']} instead")
+    if "ref" not in requirement:
+        raise ComponentError(f"its folder {requirement['path']} is missing", component=name,
+                             hint="put the adapter there again, or re-create this one with "
+                                  "registry references (`hub fuse --adapters NS/NAME@VERSION`)")
+    from hubcli.remote.pull import ensure_pulled
+
+    try:
+        folder = ensure_pulled(f"{requirement['ref']}@{requirement['version']}", notify=notify)
+    except HubError as e:
+        raise ComponentError(f"cannot be fetched: {e}", component=name, hint=e.hint) from None
+    return _checked(verify(folder), requirement)
+
+
+def _matches(found: VerifiedBundle, requirement: dict[str, Any]) -> bool:
+    return found.digests[MANIFEST] == requirement["manifest_sha256"]
+
+
+def _checked(found: VerifiedBundle, requirement: dict[str, Any]) -> VerifiedBundle:
+    """Raises: ComponentError: the manifest digest is not the pinned one."""
+    if _matches(found, requirement):
+        return found
+    m = found.manifest
+    raise ComponentError(
+        f"{found.directory} holds {m['name']} {m['version']} with manifest sha256 "
+        f"{found.digests[MANIFEST]}, but the adapter requiring it was composed with "
+        f"{requirement['manifest_sha256']}", component=label(requirement),
+        hint="it is not the exact adapter the fusion or stack was trained with; get that one "
+             "back (`hub pull NS/NAME@VERSION`), or train the composed adapter again")
+

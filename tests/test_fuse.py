@@ -1,0 +1,208 @@
+"""`hub fuse` and `hub train --stack` end to end on a tiny random BERT: composed adapters are
+trained over frozen components, written with `requires`, and attached only when every
+component is the exact one they were composed with, on the same base."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from click.testing import CliRunner
+from safetensors.torch import load_file
+
+from factories import make_adapter_dir, requirement
+from hubcli.cli.main import cli
+from hubcli.data import sample_dataset
+from hubcli.errors import BaseMismatchError, ComponentError
+from hubcli.format import manifest as manifest_io
+from hubcli.fsutil import sha256_file
+
+COMPONENTS = ("sst-a", "sst-b", "sst-c")
+
+
+def run(*args, input=None):
+    return CliRunner().invoke(cli, [str(a) for a in args], input=input)
+
+
+@pytest.fixture(scope="module")
+def trained_once(tiny_base_dir, tmp_path_factory):
+    """Three adapters, a fusion over them and an adapter stacked on the first, trained under
+    one HUB_HOME (which remembers them as self-trained)."""
+    home = tmp_path_factory.mktemp("fuse_home")
+    runs = tmp_path_factory.mktemp("fuse_runs")
+    train, dev = sample_dataset()
+    common = ["--train", train, "--validation", dev, "--epochs", 1, "--max-length", 32,
+              "--quiet", "--json"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HUB_HOME", str(home))
+        for seed, name in enumerate(COMPONENTS):
+            r = run("train", "--base", tiny_base_dir, "--out", runs / name, "--bottleneck", 8,
+                    "--seed", seed, *common)
+            assert r.exit_code == 0, r.output
+        before = {n: sha256_file(runs / n / "adapter.safetensors") for n in COMPONENTS}
+        r = run("fuse", "--adapters", ",".join(str(runs / n) for n in COMPONENTS),
+                "--out", runs / "fusion", "--lr", "1e-3", *common)
+        assert r.exit_code == 0, r.output
+        fused = json.loads(r.stdout)
+        r = run("train", "--stack", runs / "sst-a", "--out", runs / "stacked", "--bottleneck", 8,
+                *common)
+        assert r.exit_code == 0, r.output
+    assert before == {n: sha256_file(runs / n / "adapter.safetensors") for n in COMPONENTS}
+    return runs, fused, home
+
+
+@pytest.fixture()
+def runs(trained_once, monkeypatch):
+    runs, _, home = trained_once
+    monkeypatch.setenv("HUB_HOME", str(home))
+    return runs
+
+
+def test_fuse_writes_fusion_weights_and_pins_each_component(trained_once, runs):
+    fused = trained_once[1]
+    m = manifest_io.read(runs / "fusion")
+    assert m["architecture"] == {"type": "fusion", "placement": ["attention_output", "ffn_output"],
+                                 "layers": [0, 1], "layernorm": "delta"}
+    assert [r["name"] for r in m["requires"]] == list(COMPONENTS)
+    for r in m["requires"]:
+        assert r["manifest_sha256"] == sha256_file(runs / r["name"] / "manifest.json")
+        assert r["path"] == f"../{r['name']}" and r["version"] == "0.1.0"
+    assert m["training"]["learning_rate"] == 1e-3
+    tensors = load_file(str(runs / "fusion" / "fusion.safetensors"))
+    assert not (runs / "fusion" / "adapter.safetensors").exists()
+    assert {k.split(".")[0] for k in tensors} == {"fusion", "layernorm", "head"}
+    # 4 sites x (3 d x d + 2 d) + LayerNorm deltas (5 LayerNorms x 2 d) + head (d x d + d + 2 d + 2)
+    d = 32
+    assert fused["parameters"]["trainable"] == 4 * (3 * d * d + 2 * d) + 10 * d + d * d + d + 2 * d + 2
+    assert fused["parameters"]["fusion"] == 4 * (3 * d * d + 2 * d)
+
+
+def test_a_fusion_predicts_and_evaluates_by_its_folder(runs):
+    r = run("predict", runs / "fusion", "a gripping film", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout.splitlines()[-1])["label"] in ("negative", "positive")
+    _, dev = sample_dataset()
+    r = run("eval", runs / "fusion", "--data", dev, "--json")
+    assert r.exit_code == 0, r.output
+    assert 0 <= json.loads(r.stdout)["metrics"]["accuracy"] <= 1
+
+
+def test_fusion_training_leaves_base_and_components_bit_identical(runs, tiny_base_dir,
+                                                                 monkeypatch, tmp_path):
+    from hubcli.base.load import load_base
+    from hubcli.local import train as train_mod
+
+    seen = {}
+    original = train_mod._Run.fit
+
+    def fit(self, *args):
+        out = original(self, *args)
+        seen["model"] = self.model
+        return out
+
+    monkeypatch.setattr(train_mod._Run, "fit", fit)
+    train, dev = sample_dataset()
+    train_mod.train(train_mod.TrainSettings(
+        train=train, validation=dev, out=tmp_path / "f", compose="fuse", lr=1e-2,
+        components=tuple(str(runs / n) for n in COMPONENTS), epochs=1, max_length=32,
+        quiet=True), log=lambda _m: None)
+    model = seen["model"]
+    for n in COMPONENTS:
+        saved = load_file(str(runs / n / "adapter.safetensors"))
+        own = model.named_adapter_tensors(n)
+        assert own.keys() == saved.keys()
+        assert all(torch.equal(own[k], saved[k]) for k in saved)
+    fresh = dict(load_base(str(tiny_base_dir)).encoder.named_parameters())
+    frozen = {k.replace(".base_layer", ""): p for k, p in model.encoder.named_parameters()
+              if not any(t in k for t in (".adapters.", ".fusions.", ".deltas."))}
+    assert frozen.keys() == fresh.keys()
+    assert all(torch.equal(frozen[k], fresh[k]) for k in fresh)
+    fusion = manifest_io.read(tmp_path / "f")
+    changed = load_file(str(tmp_path / "f" / "fusion.safetensors"))
+    assert not torch.equal(changed["fusion.0.ffn_output.value.weight"], torch.eye(32))
+    assert fusion["training"]["learning_rate"] == 1e-2
+
+
+def test_a_component_whose_manifest_changed_is_refused_by_name(runs, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(runs, copy)
+    r = run("bundle", copy / "sst-b")  # a new README and manifest: another digest
+    assert r.exit_code == 0, r.output
+    r = run("predict", copy / "fusion", "a gripping film")
+    assert r.exit_code == 1
+    assert "component sst-b@0.1.0:" in r.stderr and "manifest sha256" in r.stderr
+    assert manifest_io.read(runs / "fusion")["requires"][1]["manifest_sha256"] in r.stderr
+
+
+def test_a_missing_component_folder_is_named(runs, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(runs / "fusion", copy / "fusion")
+    r = run("predict", copy / "fusion", "a gripping film")
+    assert r.exit_code == 1
+    assert "component sst-a@0.1.0: its folder ../sst-a is missing" in r.stderr
+
+
+def test_components_on_another_base_are_refused_before_anything_loads(tmp_path):
+    """Nothing of the base "tiny-bert" exists here: the refusal comes from the manifests."""
+    from hubcli.local.attach import verify_adapter
+
+    a = make_adapter_dir(tmp_path / "a", name="a")
+    other = {"content_hash": "sha256:" + "ef" * 32}
+    b = make_adapter_dir(tmp_path / "b", name="b", base_model=other)
+    from factories import FUSION
+
+    fusion = make_adapter_dir(tmp_path / "fusion", architecture=FUSION,
+                              requires=[requirement(a), requirement(b)])
+    with pytest.raises(BaseMismatchError) as e:
+        verify_adapter(fusion, allow_unsigned=True)
+    assert e.value.component == "b@1.0.0" and "ef" * 32 in str(e.value)
+    with pytest.raises(ComponentError, match="component a@1.0.0: .* manifest sha256"):
+        (a / "manifest.json").write_text((a / "manifest.json").read_text() + " ")
+        verify_adapter(fusion, allow_unsigned=True)
+
+
+def test_stacked_adapter_requires_its_base_adapter_and_runs_on_top_of_it(runs):
+    from hubcli.api import AdapterHub
+    from hubcli.core.composition import Stack
+
+    m = manifest_io.read(runs / "stacked")
+    assert m["architecture"]["type"] == "houlsby"
+    assert m["requires"] == [{"name": "sst-a", "version": "0.1.0", "path": "../sst-a",
+                              "manifest_sha256": sha256_file(runs / "sst-a" / "manifest.json")}]
+    hub = AdapterHub(m["base_model"]["name"])
+    assert hub.load(runs / "stacked") == "stacked"
+    assert hub.model.compositions["stacked"] == Stack("sst-a", "stacked")
+    stacked = hub.predict(["a gripping film", "dull"])
+    hub.model.compositions.clear()  # now "stacked" is just the top adapter, sst-a not under it
+    alone = hub.predict(["a gripping film", "dull"], adapter="stacked")
+    assert stacked != alone
+
+
+def test_fuse_needs_two_adapters_and_no_full_finetune(runs, tmp_path):
+    train, _ = sample_dataset()
+    r = run("fuse", "--adapters", runs / "sst-a", "--train", train, "--out", tmp_path / "o")
+    assert r.exit_code == 1 and "a fusion needs two adapters or more" in r.stderr
+    r = run("train", "--stack", runs / "sst-a", "--full-finetune", "--train", train,
+            "--out", tmp_path / "o")
+    assert r.exit_code == 1 and "components frozen" in r.stderr
+
+
+def test_the_server_refuses_a_composed_adapter_at_attach(runs, tiny_base_dir):
+    """A mixed batch routes each row through one adapter: a fusion there would fail the
+    batch it joins, so it is refused when loaded."""
+    from hubcli.errors import AdapterError
+    from hubcli.serving.engine import Engine
+
+    engine = Engine(str(tiny_base_dir))
+    with pytest.raises(AdapterError, match="is a fusion or stacked adapter"):
+        engine.attach(runs / "stacked")
+    assert engine.hub.adapters == []
+
+
+def test_composed_adapters_are_not_exported_as_one_library_adapter(runs, tmp_path):
+    r = run("export", runs / "stacked", "--format", "adapters", "--out", tmp_path / "x")
+    assert r.exit_code == 1
+    assert "stacked is a fusion or stack over sst-a 0.1.0" in r.stderr
+    assert not (tmp_path / "x").exists()
