@@ -1,10 +1,16 @@
 """Large uploads with the stock huggingface_hub client and LFS_UPLOADS on: 2.x (hf_xet
 installed, so "lfs" files would go to Xet) is answered "regular" and uploads inline; a client
-older than 1.20 does plain Git LFS with no special header; a 200 MB base uploads."""
+older than 1.20 does plain Git LFS with no special header; a 200 MB base uploads, with the
+installed client and with each of HUB_CLIENT_PYTHONS (interpreters with other huggingface_hub
+versions, which .ci/run makes: 0.36 and 1.21)."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import json
+import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +22,8 @@ from sqlalchemy import select
 
 from hubcli.base.hashing import content_hash
 from registry_server.models import LfsUpload
+
+OTHER_CLIENTS = os.environ.get("HUB_CLIENT_PYTHONS", "").split()
 
 
 @pytest.fixture
@@ -83,5 +91,37 @@ def test_a_200_mb_base_uploads_with_the_installed_client(hf, tmp_path):
         hosted = requests.get(f"{registry.url}/api/v1/bases/{content_hash(folder)}").json()
         assert hosted["id"] == "alice/big"
         assert [f["size"] for f in hosted["files"] if f["path"] == "model.safetensors"] == [size]
+    finally:
+        stop()
+
+
+def _upload_script() -> str:
+    """The child script benchmarks/bench_client_versions.py runs with each client."""
+    path = Path(__file__).parents[2] / "benchmarks" / "bench_client_versions.py"
+    spec = importlib.util.spec_from_file_location("bench_client_versions", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.CHILD
+
+
+@pytest.mark.parametrize("python", OTHER_CLIENTS)
+def test_a_200_mb_base_uploads_with_another_client_version(python, tmp_path):
+    """0.36 (before Xet) takes plain Git LFS; 1.21 (Xet-minded, hf_xet installed) inline."""
+    registry, stop = start_registry({
+        "INSTANCE_PATH": str(tmp_path / "instance"), "SECRET_KEY": "test-secret",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'registry.db'}", "LFS_UPLOADS": True})
+    try:
+        folder = tmp_path / "big"
+        out = subprocess.run(
+            [python, "-c", _upload_script(), registry.url, registry.user("alice"), "alice/big",
+             str(folder), str(50_000_000)], capture_output=True, text=True, timeout=600,
+            env={**os.environ, "HF_ENDPOINT": registry.url, "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                 "HF_HUB_OFFLINE": "0"})
+        assert out.returncode == 0, out.stderr[-2000:]
+        version = json.loads(out.stdout.strip().splitlines()[-1])["version"]
+        hosted = requests.get(f"{registry.url}/api/v1/bases/{content_hash(folder)}").json()
+        assert hosted["id"] == "alice/big"
+        sha = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+        assert (_lfs_oids(registry) == {sha}) == (tuple(map(int, version.split(".")[:2])) < (1, 20))
     finally:
         stop()
