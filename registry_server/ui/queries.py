@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Select, and_, case, func, or_, select
+from sqlalchemy import ColumnElement, and_, case, func, or_, select
 from sqlalchemy.orm import Session, lazyload, load_only, selectinload
 
 from registry_server.models import (ADAPTER, Adapter, AdapterTag, Namespace, PublicKey, User,
@@ -65,10 +65,14 @@ def _listed(session: Session, viewer: User | None) -> list[ColumnElement[bool]]:
             visible(session, viewer)]
 
 
-def _signed_by_registered_key() -> Select:
-    """Ids of versions signed by a key registered to the account that pushed them."""
-    return select(Version.id).join(PublicKey, and_(PublicKey.user_id == Version.pushed_by_id,
-                                                   PublicKey.key_id == Version.signer_key_id))
+def _latest_signed_by_registered_key() -> ColumnElement[bool]:
+    """The adapter's latest version is signed by a key registered to the account that pushed
+    it. A correlated EXISTS (two index lookups per adapter): as `latest_version_id IN (every
+    signed version)`, PostgreSQL planned it at 10-17 s over 10,000 adapters."""
+    return (select(Version.id)
+            .join(PublicKey, and_(PublicKey.user_id == Version.pushed_by_id,
+                                  PublicKey.key_id == Version.signer_key_id))
+            .where(Version.id == Adapter.latest_version_id).exists())
 
 
 def _conditions(session: Session, viewer: User | None,
@@ -87,7 +91,7 @@ def _conditions(session: Session, viewer: User | None,
     conditions += [Adapter.tags.any(AdapterTag.tag == tag) for tag in query.tags]
     conditions += [_word_matches(session, word) for word in textsearch.words(query.text)]
     if query.signed_only:
-        conditions.append(Adapter.latest_version_id.in_(_signed_by_registered_key()))
+        conditions.append(_latest_signed_by_registered_key())
     return conditions
 
 
