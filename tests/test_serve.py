@@ -382,6 +382,8 @@ def test_options_ray_does_not_carry_are_refused(adapters):
                                       adapters["sst"]])
     assert result.exit_code != 0
     assert "--max-adapters, --token cannot be used with --ray" in result.output
+    alone = CliRunner().invoke(cli, ["serve", "--replicas", "2", adapters["sst"]])
+    assert alone.exit_code != 0 and "--replicas needs --ray" in alone.output
 
 
 def test_the_registry_try_it_box_asks_a_real_hub_serve(

@@ -59,6 +59,8 @@ def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, m
     mix of adapters arriving together run as one forward pass. Also GET /v1/adapters
     (POST, DELETE with --admin-token), /health, /ready, /metrics (Prometheus) and /docs.
     """
+    if replicas != 1 and not on_ray:
+        raise UsageError("--replicas needs --ray", hint="add --ray, or drop --replicas")
     if on_ray:
         given = {"--no-batching": no_batching, "--max-adapters": max_adapters,
                  "--max-adapter-mb": max_adapter_mb, "--admin-token": admin_token,
