@@ -208,7 +208,7 @@ def signatures(session: Session, versions: Iterable[Version | None]) -> dict[int
     pusher_ids = {v.pushed_by_id for v in shown if v.pushed_by_id is not None}
     pushers = dict(session.execute(
         select(User.id, Namespace.name).join(Namespace, User.namespace_id == Namespace.id)
-        .where(User.id.in_(pusher_ids))).tuples().all()) if pusher_ids else {}
+        .where(User.id.in_(pusher_ids))).all()) if pusher_ids else {}
     return {v.id: Signature(v.signer_key_id, owners.get(v.signer_key_id),
                             pushers.get(v.pushed_by_id)) for v in shown}
 
