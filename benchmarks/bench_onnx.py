@@ -28,8 +28,7 @@ HUB = str(Path(sys.executable).parent / "hub")
 def make_adapter(directory: Path) -> Path:
     from factories import make_adapter_dir
 
-    from hubcli.base.load import DEFAULT_BASE_NAME
-    from hubcli.base.ref import packaged_base_hash
+    from hubcli.base.ref import DEFAULT_BASE_NAME, packaged_base_hash
 
     return make_adapter_dir(directory, hidden=384, num_layers=6, bottleneck=64,
                             name="bench-sst", base_model={"name": DEFAULT_BASE_NAME,
