@@ -161,8 +161,9 @@ class Adapter(Base):
                                                  index=True)
     downloads: Mapped[int] = mapped_column(BigInteger, default=0, index=True)
     # The version `main` points at: newest by semantic version, neither yanked nor deleted.
+    # Indexed: the signed-only filter and "used by" look adapters up by their latest version.
     latest_version_id: Mapped[int | None] = mapped_column(
-        ForeignKey("versions.id", use_alter=True, name="fk_adapters_latest_version"))
+        ForeignKey("versions.id", use_alter=True, name="fk_adapters_latest_version"), index=True)
     # Search fields, copied from the latest version.
     description: Mapped[str] = mapped_column(Text, default="")
     task: Mapped[str | None] = mapped_column(String(32), index=True)
