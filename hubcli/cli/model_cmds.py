@@ -81,15 +81,28 @@ def device_option(default: str, more: str = ""):
                         help=f"where the model runs: {CHOICES_HELP}{more}")
 
 
+def training_data_options(f):
+    """What `hub train` and `hub fuse` train on and where they write."""
+    for opt in reversed([
+        click.option("--task", type=click.Choice(TASK_CHOICES), default="classification",
+                     show_default=True),
+        click.option("--train", "train_path", required=True, type=click.Path(path_type=Path),
+                     help="training data file"),
+        click.option("--validation", type=click.Path(path_type=Path),
+                     help="validation data file"),
+        click.option("--out", required=True, type=click.Path(path_type=Path),
+                     help="output folder"),
+        click.option("--overwrite", is_flag=True,
+                     help="replace an existing adapter folder at --out (once training "
+                          "succeeded)"),
+        column_options,
+    ]):
+        f = opt(f)
+    return f
+
+
 @click.command("train")
-@click.option("--task", type=click.Choice(TASK_CHOICES), default="classification", show_default=True)
-@click.option("--train", "train_path", required=True, type=click.Path(path_type=Path),
-              help="training data file")
-@click.option("--validation", type=click.Path(path_type=Path), help="validation data file")
-@click.option("--out", required=True, type=click.Path(path_type=Path), help="output folder")
-@click.option("--overwrite", is_flag=True,
-              help="replace an existing adapter folder at --out (once training succeeded)")
-@column_options
+@training_data_options
 @click.option("--base", help="base model folder or Hub id (default: packaged all-MiniLM-L6-v2)")
 @click.option("--base-revision", help="Hub revision of the base")
 @click.option("--method", type=click.Choice(["houlsby", "lora"]), default="houlsby",
@@ -160,14 +173,7 @@ def train_cmd(train_path, fmt, text_column, text_pair_column, label_column, laye
 @click.command("fuse")
 @click.option("--adapters", required=True, metavar="A,B,...",
               help="the frozen adapters to fuse, comma-separated: folders or NS/NAME@VERSION")
-@click.option("--task", type=click.Choice(TASK_CHOICES), default="classification", show_default=True)
-@click.option("--train", "train_path", required=True, type=click.Path(path_type=Path),
-              help="training data file")
-@click.option("--validation", type=click.Path(path_type=Path), help="validation data file")
-@click.option("--out", required=True, type=click.Path(path_type=Path), help="output folder")
-@click.option("--overwrite", is_flag=True,
-              help="replace an existing adapter folder at --out (once training succeeded)")
-@column_options
+@training_data_options
 @click.option("--base", help="base model folder or Hub id (default: the adapters' own base)")
 @click.option("--lr", type=float, help="learning rate [default: 5e-5, Pfeiffer et al. 2021]")
 @click.option("--epochs", type=click.IntRange(min=1), help="[default: 10, Pfeiffer et al. 2021]")
