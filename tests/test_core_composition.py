@@ -91,6 +91,28 @@ def test_fusion_weights_adapter_outputs_by_attention_with_identity_values(model)
     assert torch.allclose(site(x), by_definition(), atol=1e-5)  # with gradients, unfolded
 
 
+@pytest.mark.parametrize("children", [("a", "b", "d"), ("a", "c")])
+def test_fused_inference_equals_the_fusion_by_definition(model, batch, children):
+    """Without gradients a Fuse of Houlsby adapters takes the folded path (no K outputs);
+    with a LoRA child, or with gradients, the outputs are stacked. All give the same."""
+    model.add_adapter("d", HoulsbyConfig(bottleneck=16), SEQ)
+    _randomise(model, "d", seed=7)
+    fused = Fuse(*children)
+    model.add_fusion(fused, SEQ)
+    sites = [s.fusions[fused.name] for s in model.adapter_sites.values()
+             if fused.name in s.fusions]
+    with torch.no_grad():  # a trained fusion, not the identity start
+        for p in (p for f in sites for p in f.parameters()):
+            p.add_(torch.randn_like(p) * 0.3)
+    model.activate(fused)
+    with torch.no_grad():
+        folded = model.encode(**batch)
+    stacked = model.encode(**batch)  # gradients on: the outputs are stacked
+    assert sites and all((f._bottlenecks is not None) == ("c" not in children) for f in sites)
+    assert torch.allclose(folded, stacked, atol=1e-5, rtol=0)
+    assert (folded - stacked).abs().max() > 0 or "c" in children  # two ways, not one
+
+
 def _train(model, trained: str, block, batch, steps: int = 2) -> None:
     params = model.trainable_parameters(trained)
     for p in model.parameters():

@@ -84,6 +84,7 @@ class AdapterFusion(nn.Module):
         nn.init.eye_(self.value.weight)
         nn.init.zeros_(self.value.bias)
         self._folded: tuple[tuple, tuple[torch.Tensor, torch.Tensor]] | None = None
+        self._bottlenecks: tuple[tuple, tuple[torch.Tensor, ...]] | None = None
 
     def forward(self, y: torch.Tensor, outputs: torch.Tensor) -> torch.Tensor:
         """`y` [..., d] (rows x tokens, or packed tokens), `outputs` [K, ..., d] -> [..., d]."""
@@ -94,6 +95,46 @@ class AdapterFusion(nn.Module):
         scores = torch.einsum("...d,k...d->...k", F.linear(y, weight, bias), outputs)
         mixed = torch.einsum("...k,k...d->...d", scores.softmax(-1), outputs)
         return self.value(mixed)
+
+    def forward_bottlenecks(self, y: torch.Tensor, adapters: list[BottleneckAdapter]
+                            ) -> torch.Tensor:
+        """`forward(y, outputs)` for Houlsby adapters o_k = y + U_k act(D_k y) + c_k, without
+        the K outputs ever existing (inference; Houlsby et al.'s children share `act`).
+
+        Why it is the same: the query-key score q.o_k = q.y + q.a_k, and softmax ignores the
+        q.y every adapter shares; q.a_k = (U_k^T q).h_k + q.c_k with q = W y + b, so one
+        product of y with the folded rows [U_k^T W; c_k^T W] scores every adapter in the
+        m-dimensional space of its hidden states h_k (K m + K columns instead of the d of
+        the query-key product). The weights sum to 1, so the mixture is y plus the adapters'
+        up-projections of their score-weighted hidden states: one product with [U_1 ... U_K].
+        """
+        down_w, down_b, fold_w, fold_b, up_w, up_b, seg = self._bottleneck_fold(adapters)
+        h = adapters[0].act(F.linear(y, down_w, down_b))  # [..., M]: every adapter's h_k
+        z = F.linear(y, fold_w, fold_b)
+        m = h.shape[-1]
+        weights = ((z[..., :m] * h) @ seg + z[..., m:]).softmax(-1)  # [..., K]
+        return self.value(y + F.linear(h * (weights @ seg.t()), up_w) + weights @ up_b)
+
+    def _bottleneck_fold(self, adapters: list[BottleneckAdapter]) -> tuple[torch.Tensor, ...]:
+        """The stacked and folded matrices of `forward_bottlenecks`, kept until a weight of
+        the fusion or of an adapter changes."""
+        q, k = self.query, self.key
+        params = [q.weight, q.bias, k.weight] + [p for a in adapters for p in a.parameters()]
+        stamp = (tuple(id(a) for a in adapters),
+                 tuple((p.data_ptr(), p._version) for p in params))
+        if self._bottlenecks is not None and self._bottlenecks[0] == stamp:
+            return self._bottlenecks[1]
+        weight, bias = self._query_key()  # q = W y + b
+        up_w = torch.cat([a.up.weight for a in adapters], 1)  # [d, M]
+        up_b = torch.stack([a.up.bias for a in adapters])  # [K, d]: the c_k
+        sizes = [a.down.out_features for a in adapters]
+        seg = torch.block_diag(*[up_w.new_ones(n, 1) for n in sizes])  # [M, K]
+        folded = (torch.cat([a.down.weight for a in adapters]),
+                  torch.cat([a.down.bias for a in adapters]),
+                  torch.cat([up_w.t() @ weight, up_b @ weight]),
+                  torch.cat([up_w.t() @ bias, up_b @ bias]), up_w, up_b, seg)
+        self._bottlenecks = (stamp, folded)
+        return folded
 
     def _query_key(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(W_K^T W_Q, W_K^T b_Q): the query and key projections as one Linear. Without
@@ -161,8 +202,15 @@ class AdapterLinear(nn.Module):
                 y = self._composed(x, y, child)
             return y
         if isinstance(block, Fuse) and block.name in self.fusions:
+            fusion = self.fusions[block.name]
+            children = [self.adapters[c] if isinstance(c, str) and c in self.adapters else None
+                        for c in block.children]
+            if not torch.is_grad_enabled() and all(
+                    isinstance(c, BottleneckAdapter) and c.act is children[0].act
+                    for c in children):
+                return fusion.forward_bottlenecks(y, children)
             outputs = torch.stack([self._composed(x, y, c) for c in block.children])
-            return self.fusions[block.name](y, outputs)
+            return fusion(y, outputs)
         return y
 
     def _routed(self, x: torch.Tensor, y: torch.Tensor, route: Route) -> torch.Tensor:
