@@ -70,12 +70,30 @@ def hub_serve_on_ray(adapters: list[str], base: Path, port: int):
             raise
 
 
+def replicas_running(wanted: int, timeout: float = 180) -> int:
+    """RUNNING replicas of the app `hub serve --ray` deployed, once `wanted` or at the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        app = serve.status().applications.get("hub")
+        deployment = app.deployments.get("AdapterReplica") if app else None
+        states = deployment.replica_states if deployment else {}
+        if states.get("RUNNING", 0) >= wanted or time.monotonic() > deadline:
+            return states.get("RUNNING", 0)
+        time.sleep(1)
+
+
 def test_hub_serve_ray_two_replicas_answer_as_the_engine_does(adapters, tiny_base_dir):
     engine = Engine(str(tiny_base_dir), allow_unsigned=True, allow_base_mismatch=True)
     slots = {a: engine.attach(Path(a)) for a in adapters}
     expected = {a: engine.run([Job(slots[a], [t], 1) for t in TEXTS]) for a in adapters}
 
     with hub_serve_on_ray(adapters, tiny_base_dir, free_port()) as url:
+        # the first answer comes once one replica runs; wait for the second before the load
+        ray.init(address="auto", log_to_driver=False)  # the cluster `hub serve --ray` started
+        try:
+            running = replicas_running(2)
+        finally:
+            ray.shutdown()
         requests = [(a, i) for a in adapters for i in range(len(TEXTS))]
         with httpx.Client(timeout=120) as client, ThreadPoolExecutor(8) as pool:
             answers = list(pool.map(lambda r: client.post(
@@ -83,11 +101,6 @@ def test_hub_serve_ray_two_replicas_answer_as_the_engine_does(adapters, tiny_bas
             in_body = client.post(url, json={"adapter": adapters[1], "inputs": [TEXTS[0]]})
             no_name = client.post(url, json={"inputs": ["x"]})
             unknown = client.post(url, json={"inputs": ["x"]}, headers={HEADER: "./nowhere"})
-        ray.init(address="auto", log_to_driver=False)  # the cluster `hub serve --ray` started
-        try:
-            replicas = serve.status().applications["hub"].deployments["AdapterReplica"]
-        finally:
-            ray.shutdown()
     assert [a.status_code for a in answers] == [200] * len(requests)
     for (adapter, i), answer in zip(requests, answers):
         got = answer.json()["predictions"][0]
@@ -97,4 +110,4 @@ def test_hub_serve_ray_two_replicas_answer_as_the_engine_does(adapters, tiny_bas
     assert (no_name.status_code, no_name.json()["error"]) == (422, "the request names no adapter")
     assert (unknown.status_code, unknown.json()["error"]) == \
         (404, "no adapter named './nowhere' is served")
-    assert replicas.replica_states.get("RUNNING") == 2
+    assert running == 2
