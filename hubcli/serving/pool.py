@@ -71,7 +71,8 @@ class Pool:
     "evict"."""
 
     def __init__(self, engine: Engine, *, max_adapters: int | None = None,
-                 max_bytes: int | None = None, allow_pull: bool = False, notify: Callable[[str], None] = lambda _m: None,
+                 max_bytes: int | None = None, allow_pull: bool = False,
+                 notify: Callable[[str], None] = lambda _m: None,
                  events: Callable[[str, str], None] = lambda _k, _n: None) -> None:
         self.engine = engine
         self.max_adapters = max_adapters
