@@ -51,15 +51,19 @@ class Engine:
                 for a fusion or stack: batches route each row through one adapter).
         """
         from hubcli.errors import AdapterError
-        from hubcli.format import manifest as manifest_io
+        from hubcli.local.attach import verify_adapter
 
-        if manifest_io.read(Path(folder)).get("requires"):
+        # the one verify step; its parsed manifest says whether the adapter is composed
+        bundle = verify_adapter(Path(folder), allow_unsigned=self.attach_policy["allow_unsigned"],
+                                notify=self.hub.notify)
+        if bundle.manifest.get("requires"):
             raise AdapterError(f"{folder} is a fusion or stacked adapter; the server routes "
                                "each row through one adapter and cannot serve it yet",
                                hint="use hub predict or hubcli.api.AdapterHub for it")
         slot = f"slot{next(self._slots)}"
         with self._lock:
-            self.hub.load(folder, name=slot, **self.attach_policy)
+            self.hub.add(bundle, name=slot,
+                         allow_base_mismatch=self.attach_policy["allow_base_mismatch"])
         return slot
 
     def detach(self, slot: str) -> None:
