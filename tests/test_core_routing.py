@@ -151,3 +151,42 @@ def test_mixed_batch_of_both_methods_matches_each_row_alone(model, base):
             if got.dim() == 2:
                 got, expected = got[:n], expected[:n]
             assert torch.allclose(got, expected, atol=1e-5, rtol=0), (i, name)
+
+
+def test_two_threads_route_their_own_batches_through_one_model_at_once(model, base):
+    """Thread B runs a whole pass while thread A's pass is under way (started from inside
+    A's embedding lookup, after A set its route): with one route shared by the sites, B
+    would route A's rows its own way and clear A's route on leaving."""
+    import threading
+
+    names = add_houlsby_set(model)
+    batch = encode(base.tokenizer, TEXTS[:4])
+    routes = ([names[0], names[1], BASE, names[3]], [names[3], BASE, names[0], names[0]])
+
+    def hidden(per_row):
+        return model.forward_routed(batch["input_ids"], batch["attention_mask"],
+                                    batch["token_type_ids"], per_row)[0]
+
+    got: dict[str, torch.Tensor] = {}
+
+    def pass_b():
+        with torch.inference_mode():
+            got["b"] = hidden(routes[1])
+
+    thread_b = threading.Thread(target=pass_b)
+
+    def start_b_from_a(_module, _inputs, _output):
+        if threading.current_thread() is not thread_b:
+            thread_b.start()
+            thread_b.join()
+
+    with torch.inference_mode():
+        expected = [hidden(r) for r in routes]
+        hook = model.encoder.get_input_embeddings().register_forward_hook(start_b_from_a)
+        try:
+            got["a"] = hidden(routes[0])
+        finally:
+            hook.remove()
+    assert not torch.equal(expected[0], expected[1])
+    assert torch.allclose(got["a"], expected[0], atol=1e-6, rtol=0)
+    assert torch.allclose(got["b"], expected[1], atol=1e-6, rtol=0)

@@ -17,8 +17,8 @@ from factories import LORA, close, make_adapter_dir
 
 from hubcli.api import AdapterHub
 from hubcli.serving.service import ServeSettings
-from hubcli.serving.batcher import BatchSettings
-from hubcli.serving.engine import Engine
+from hubcli.serving.batcher import Batcher, BatchSettings
+from hubcli.serving.engine import Engine, Job, PassLock
 from hubcli.serving.pool import Pool
 from hubcli.serving.server import make_server
 
@@ -80,7 +80,8 @@ def pool(engine, adapters) -> Pool:
 
 @pytest.fixture(scope="module")
 def url(pool):
-    with running(pool, ServeSettings(BatchSettings(max_wait_ms=50))) as (url, _server):
+    # two workers, as `hub serve` runs by default: the mixed requests below overlap passes
+    with running(pool, ServeSettings(BatchSettings(max_wait_ms=50, workers=2))) as (url, _server):
         yield url
 
 
@@ -408,3 +409,61 @@ def test_the_registry_try_it_box_asks_a_real_hub_serve(
     assert tried.status_code == 200
     assert f'<span class="label-name">{direct["label"]}</span>' in html
     assert f"{direct['score'] * 100:.1f}%" in html
+
+
+def test_two_workers_run_two_passes_at_once_and_a_job_that_does_not_fit_waits_for_the_next():
+    both_running = threading.Barrier(2, timeout=30)  # broken unless two passes overlap
+
+    def run(jobs: list[Job]) -> list:
+        both_running.wait()
+        return [job.texts for job in jobs]
+
+    # one token per pass: the second job does not fit the first's batch and must go to the
+    # other worker, not wait behind the pass that could not take it
+    batcher = Batcher(run, BatchSettings(max_wait_ms=20, max_tokens=1, workers=2))
+    batcher.start()
+    try:
+        futures = [batcher.submit(Job("a", [f"text {i}"], 1)) for i in range(2)]
+        assert [f.result(timeout=60) for f in futures] == [["text 0"], ["text 1"]]
+    finally:
+        batcher.stop()
+
+
+def test_stop_finishes_every_queued_job_on_every_worker():
+    batcher = Batcher(lambda jobs: [job.texts for job in jobs],
+                      BatchSettings(max_wait_ms=1, max_tokens=3, workers=3))
+    futures = [batcher.submit(Job("a", [str(i)], 1)) for i in range(10)]  # queued before start
+    batcher.start()
+    batcher.stop()
+    assert [f.result(timeout=0) for f in futures] == [[str(i)] for i in range(10)]
+
+
+def test_an_attach_waits_for_the_passes_running_and_holds_off_new_ones():
+    lock, events = PassLock(), []
+    first_in, change_waiting = threading.Event(), threading.Event()
+
+    def long_pass():
+        with lock.passing():
+            first_in.set()
+            change_waiting.wait(30)
+            time.sleep(0.2)  # the change and the late pass are both waiting by now
+            events.append("first pass ends")
+
+    def change():
+        first_in.wait(30)
+        change_waiting.set()
+        with lock.changing():
+            events.append("change")
+
+    def late_pass():
+        change_waiting.wait(30)
+        time.sleep(0.1)  # asks after the change did
+        with lock.passing():
+            events.append("late pass")
+
+    threads = [threading.Thread(target=f) for f in (long_pass, change, late_pass)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert events == ["first pass ends", "change", "late pass"]

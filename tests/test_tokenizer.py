@@ -119,3 +119,32 @@ def test_padded_batch_tensors_are_identical(pair):
 
 def test_load_tokenizer_picks_it_for_bert_folders():
     assert isinstance(load_tokenizer(packaged_base_path()), FastTokenizer)
+
+
+def test_threads_calling_at_once_each_get_their_own_truncation(pair):
+    """Truncation is a setting of the shared backend, set per call (hub serve's workers and
+    request handlers tokenize at once)."""
+    import threading
+
+    fast, _slow = pair
+    long_batch = sentences(40)[20:]
+    full = [len(ids) for ids in fast(long_batch)["input_ids"]]
+    assert max(full) > 8
+    failures: list = []
+
+    def call(limit: int | None) -> None:
+        try:
+            for _ in range(150):
+                got = [len(ids) for ids in fast(long_batch, truncation=limit is not None,
+                                                max_length=limit)["input_ids"]]
+                if got != [min(n, limit or n) for n in full]:
+                    failures.append((limit, got))
+        except Exception as err:  # the backend refuses a settings change during a call
+            failures.append(repr(err))
+
+    threads = [threading.Thread(target=call, args=(limit,)) for limit in (None, 8, None, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert failures == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from hubcli.cli.model_cmds import attach_options
@@ -26,6 +28,9 @@ POSITIVE = click.IntRange(min=1)
 @click.option("--max-text-chars", default=10_000, show_default=True, type=POSITIVE,
               help="characters per text; longer is answered 413")
 @click.option("--no-batching", is_flag=True, help="run each request alone (for comparison)")
+@click.option("--workers", type=POSITIVE,
+              help="forward passes running at once, each on its share of the cores, so one "
+                   "batch gathers while another runs (default: 2, or 1 on one core)")
 @click.option("--allow-pull", is_flag=True,
               help="load a registry adapter (NS/NAME[@VERSION]) on its first request, verified")
 @click.option("--max-adapters", type=POSITIVE,
@@ -50,7 +55,7 @@ POSITIVE = click.IntRange(min=1)
               help="Ray Serve replicas (with --ray)")
 @attach_options
 def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, max_inputs,
-              max_text_chars, no_batching, allow_pull, max_adapters, max_adapter_mb,
+              max_text_chars, no_batching, workers, allow_pull, max_adapters, max_adapter_mb,
               admin_token, tokens, access_log, on_ray, replicas, **attach) -> None:
     """Serve adapters over HTTP: hub serve ADAPTER... (folders or NS/NAME[@VERSION]).
 
@@ -62,13 +67,15 @@ def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, m
     if replicas != 1 and not on_ray:
         raise UsageError("--replicas needs --ray", hint="add --ray, or drop --replicas")
     if on_ray:
-        given = {"--no-batching": no_batching, "--max-adapters": max_adapters,
-                 "--max-adapter-mb": max_adapter_mb, "--admin-token": admin_token,
-                 "--token": tokens, "--access-log": access_log != "json"}
+        given = {"--no-batching": no_batching, "--workers": workers,
+                 "--max-adapters": max_adapters, "--max-adapter-mb": max_adapter_mb,
+                 "--admin-token": admin_token, "--token": tokens,
+                 "--access-log": access_log != "json"}
         if unsupported := [flag for flag, value in given.items() if value]:
             raise UsageError(f"{', '.join(unsupported)} cannot be used with --ray",
-                             hint="Ray Serve replicas batch, evict (16 adapters each) and log "
-                                  "on their own; drop the option or serve without --ray")
+                             hint="Ray Serve replicas batch (one pass at a time), evict (16 "
+                                  "adapters each) and log on their own; drop the option or "
+                                  "serve without --ray")
         _serve_on_ray(list(adapters), replicas=replicas, host=host, port=port,
                       max_wait_ms=max_wait_ms, **attach)
         return
@@ -81,7 +88,8 @@ def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, m
     from hubcli.serving.service import ServeSettings
 
     settings = ServeSettings(BatchSettings(max_wait_ms, max_batch_tokens, queue_size,
-                                           batching=not no_batching),
+                                           batching=not no_batching,
+                                           workers=workers or min(2, os.cpu_count() or 1)),
                              max_inputs=max_inputs, max_text_chars=max_text_chars,
                              admin_token=admin_token,
                              tokens=tuple(t for arg in tokens for t in arg.split()))

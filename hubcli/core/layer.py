@@ -22,7 +22,7 @@ from hubcli.core.composition import Block, Fuse, Stack
 from hubcli.core.config import AdapterConfig, LoraConfig
 from hubcli.core.names import AdapterTable
 from hubcli.core.ops import ACTIVATION_FUNCTIONS
-from hubcli.core.routing import Route
+from hubcli.core.routing import PerThread, Route
 
 
 class BottleneckAdapter(nn.Module):
@@ -162,6 +162,8 @@ class AdapterLinear(nn.Module):
     """A frozen Linear followed by the active named adapter, if any; or, with a `route` set,
     by each row's own adapter."""
 
+    route = PerThread()  # each thread's own, so concurrent routed passes stay apart
+
     def __init__(self, base_layer: nn.Linear):
         super().__init__()
         self.base_layer = base_layer
@@ -229,6 +231,8 @@ class LayerNormDelta(nn.Module):
 
 class DeltaLayerNorm(nn.Module):
     """A frozen LayerNorm whose affine parameters get the active adapter's deltas."""
+
+    route = PerThread()
 
     def __init__(self, base_layer: nn.LayerNorm):
         super().__init__()

@@ -13,18 +13,23 @@ lengths, the route maps its segments onto those ranges wherever a site sees 2-D 
 
 `BASE` rows, and rows whose adapter has nothing at a site, keep exactly what the frozen base
 computed there, so they stay bit-identical to the base.
+
+A site holds its route per thread (`PerThread`), so two threads can run routed passes over one
+model at once, each with its own batch (`hub serve --workers`).
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from hubcli.format.vocab import BASE
 
-__all__ = ["BASE", "Route", "Segment"]
+__all__ = ["BASE", "PerThread", "Route", "Segment"]
 
 # (adapter name, or None for the untouched base; first row; one past the last row)
 Segment = tuple[str | None, int, int]
@@ -97,3 +102,28 @@ class Route:
             return y
         return torch.cat([run(n, s, e) if n is not None and has(n) else y[s:e]
                           for n, s, e in segments])
+
+
+class PerThread:
+    """A class attribute whose value each thread sets and reads on its own, per instance
+    (None until set): what a site's `route` is, so concurrent passes never see each other's.
+    Values live beside the instances, not in them, so a deep copy starts with none."""
+
+    def __init__(self) -> None:
+        self._locals: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def _local(self, obj: Any) -> threading.local:
+        local = self._locals.get(obj)
+        if local is None:
+            with self._lock:  # two threads reaching here at once must share one
+                local = self._locals.setdefault(obj, threading.local())
+        return local
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return getattr(self._local(obj), "value", None)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        self._local(obj).value = value

@@ -58,7 +58,9 @@ def _threads_for(features: list[dict]):
     import torch
 
     previous = torch.get_num_threads()
-    few = sum(len(f["input_ids"]) for f in features) < FEW_TOKENS
+    # at one thread already (hub serve's workers each run on one) there is nothing to switch,
+    # and switching a setting the whole process shares would race with the other workers
+    few = previous > 1 and sum(len(f["input_ids"]) for f in features) < FEW_TOKENS
     if few:
         torch.set_num_threads(1)
     try:

@@ -1,20 +1,25 @@
-"""Dynamic batching across requests: one worker thread takes requests off a bounded queue,
-gathers those that arrive within `max_wait` (any mix of adapters) up to `max_tokens`, and runs
+"""Dynamic batching across requests: worker threads take requests off a bounded queue; each
+gathers those that arrive within `max_wait` (any mix of adapters) up to `max_tokens` and runs
 them as one routed forward pass; each caller gets its own rows back through a future.
 
-The queue is bounded so overload is refused at the door (`Busy`, HTTP 503) instead of growing
-latency without limit. With batching off every request runs alone, one after another: the
-model's routing state belongs to one pass at a time, so passes never overlap.
+With `workers` > 1, one worker gathers the next batch while another's pass runs, and passes
+overlap: a pass of a few hundred tokens keeps one core busy and gains next to nothing from a
+second intra-op thread, so on a machine with C cores, C workers of one torch thread each serve
+more and wait less than one worker with C threads. One worker gathers at a time, and a request
+that does not fit its batch stays at the head of the queue for the next batch, whichever
+worker gathers it. The queue is bounded so overload is refused at the door (`Busy`, HTTP 503)
+instead of growing latency without limit. With batching off every request runs alone, each
+worker taking the next.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from hubcli.errors import HubError
 from hubcli.serving.engine import Job
@@ -32,6 +37,7 @@ class BatchSettings:
     max_tokens: int = 4096
     queue_size: int = 256
     batching: bool = True
+    workers: int = 1
 
 
 @dataclass
@@ -43,29 +49,69 @@ class _Pending:
 _STOP = object()
 
 
+class _Queue:
+    """A bounded FIFO whose head is taken only if it fits."""
+
+    def __init__(self, size: int) -> None:
+        self._items: deque = deque()
+        self._size = size
+        self._changed = threading.Condition()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, item: Any, *, block: bool) -> bool:
+        """Append `item`; False if the queue is full and `block` is False, else waits for room."""
+        with self._changed:
+            if not block and len(self._items) >= self._size:
+                return False
+            self._changed.wait_for(lambda: len(self._items) < self._size)
+            self._items.append(item)
+            self._changed.notify_all()
+            return True
+
+    def take(self, fits: Callable[[Any], bool], timeout: float | None) -> Any:
+        """The head, waiting up to `timeout` seconds (None: as long as it takes) for one; None
+        if none came or the head does not fit (it stays the head)."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: self._items, timeout) \
+                    or not fits(self._items[0]):
+                return None
+            item = self._items.popleft()
+            self._changed.notify_all()
+            return item
+
+
 class Batcher:
-    """Runs `run(jobs) -> results per job` on batches of submitted jobs in one worker thread.
-    `observe(rows, jobs)` is told the size of each batch it ran."""
+    """Runs `run(jobs) -> results per job` on batches of submitted jobs in `workers` threads
+    (`run` must allow that many calls at once). `observe(rows, jobs)` is told the size of each
+    batch run."""
 
     def __init__(self, run: Callable[[list[Job]], list], settings: BatchSettings, *,
                  observe: Callable[[int, int], None] = lambda _r, _j: None) -> None:
+        if settings.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {settings.workers}")
         self.run = run
         self.settings = settings
         self.observe = observe
-        self._queue: queue.Queue = queue.Queue(maxsize=settings.queue_size)
-        self._carry: _Pending | None = None
-        self._thread = threading.Thread(target=self._work, name="hub-serve-batcher", daemon=True)
+        self._queue = _Queue(settings.queue_size)
+        self._gathering = threading.Lock()  # one worker gathers at a time
+        self._threads = [threading.Thread(target=self._work, name=f"hub-serve-worker{k}",
+                                          daemon=True) for k in range(settings.workers)]
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
-        """Finish every job queued so far, then end the worker."""
-        self._queue.put(_STOP)  # blocking: a full queue drains, the worker keeps running
-        self._thread.join()
+        """Finish every job queued so far, then end the workers."""
+        for _ in self._threads:  # a stop mark each, behind every job queued
+            self._queue.put(_STOP, block=True)  # a full queue drains: the workers run on
+        for thread in self._threads:
+            thread.join()
 
     def depth(self) -> int:
-        return self._queue.qsize()
+        return len(self._queue)
 
     def submit(self, job: Job) -> Future:
         """A future of `job`'s results.
@@ -74,40 +120,37 @@ class Batcher:
             Busy: the queue is full.
         """
         pending = _Pending(job)
-        try:
-            self._queue.put_nowait(pending)
-        except queue.Full:
-            raise Busy(f"the request queue is full ({self.settings.queue_size} waiting)") from None
+        if not self._queue.put(pending, block=False):
+            raise Busy(f"the request queue is full ({self.settings.queue_size} waiting)")
         return pending.future
 
     def _work(self) -> None:
         while True:
-            batch = self._gather()
+            with self._gathering:
+                batch = self._gather()
             if batch is None:
                 return
             self._execute(batch)
 
     def _gather(self) -> list[_Pending] | None:
-        """The next batch: the first job waits as long as it takes, later ones at most until
-        `max_wait` after it; a job that would overflow `max_tokens` opens the next batch."""
-        first = self._carry or self._queue.get()
-        self._carry = None
+        """The next batch (None: stop): the first job waits as long as it takes, later ones
+        at most until `max_wait` after it; a job that would overflow `max_tokens`, or a stop
+        mark, ends the batch and stays queued."""
+        first = self._queue.take(lambda _item: True, None)
         if first is _STOP:
             return None
         batch, tokens = [first], first.job.tokens
         if not self.settings.batching:
             return batch
         deadline = time.monotonic() + self.settings.max_wait_ms / 1000
-        while True:
-            try:
-                nxt = self._queue.get(timeout=max(deadline - time.monotonic(), 0))
-            except queue.Empty:
-                return batch
-            if nxt is _STOP or tokens + nxt.job.tokens > self.settings.max_tokens:
-                self._carry = nxt
-                return batch
+
+        def fits(item: Any) -> bool:
+            return item is not _STOP and tokens + item.job.tokens <= self.settings.max_tokens
+
+        while (nxt := self._queue.take(fits, max(deadline - time.monotonic(), 0))) is not None:
             batch.append(nxt)
             tokens += nxt.job.tokens
+        return batch
 
     def _execute(self, batch: list[_Pending]) -> None:
         live = [p for p in batch if p.future.set_running_or_notify_cancel()]

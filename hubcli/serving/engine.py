@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import itertools
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from hubcli.format.vocab import BASE, DEFAULT_MAX_LENGTH
 
@@ -27,10 +28,48 @@ class Job:
     tokens: int
 
 
+class PassLock:
+    """Passes share the model; attaching or detaching an adapter changes it, so it waits for
+    the passes running to end, and passes that come after it wait for it (a waiting change
+    is never starved by a stream of passes)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._passes = 0
+        self._changing = False
+        self._waiting = 0
+
+    @contextmanager
+    def passing(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._changing and not self._waiting)
+            self._passes += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._passes -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def changing(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting += 1
+            self._cond.wait_for(lambda: not self._changing and not self._passes)
+            self._waiting -= 1
+            self._changing = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._changing = False
+                self._cond.notify_all()
+
+
 class Engine:
-    """A base and the adapters attached to it, each in a slot. `run` is called from one
-    worker thread at a time; `attach` and `detach` may come from any thread (the lock keeps
-    them out of a running pass)."""
+    """A base and the adapters attached to it, each in a slot. `run` may be called from
+    several worker threads at once (each pass routes its own rows); `attach` and `detach`
+    may come from any thread and wait for the passes running."""
 
     def __init__(self, base: str | None = None, *, allow_unsigned: bool = False,
                  allow_base_mismatch: bool = False,
@@ -40,7 +79,7 @@ class Engine:
         self.hub = AdapterHub(base, notify=notify)
         self.attach_policy = {"allow_unsigned": allow_unsigned,
                               "allow_base_mismatch": allow_base_mismatch}
-        self._lock = threading.Lock()
+        self._lock = PassLock()
         self._slots = itertools.count()
 
     def attach(self, folder: Path) -> str:
@@ -61,13 +100,13 @@ class Engine:
                                "each row through one adapter and cannot serve it yet",
                                hint="use hub predict or hubcli.api.AdapterHub for it")
         slot = f"slot{next(self._slots)}"
-        with self._lock:
+        with self._lock.changing():
             self.hub.add(bundle, name=slot,
                          allow_base_mismatch=self.attach_policy["allow_base_mismatch"])
         return slot
 
     def detach(self, slot: str) -> None:
-        with self._lock:
+        with self._lock.changing():
             self.hub.remove(slot)
 
     def manifest(self, slot: str) -> dict:
@@ -98,7 +137,7 @@ class Engine:
             AdapterError, DataError: an input the adapter's task cannot take.
         """
         texts = [t for job in jobs for t in job.texts]
-        with self._lock:
+        with self._lock.passing():
             flat = self.hub.predict(texts, adapter=[job.adapter for job in jobs
                                                     for _ in job.texts])
         out, start = [], 0

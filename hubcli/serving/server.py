@@ -42,6 +42,12 @@ def serve(refs: list[str], settings: ServeSettings, *, host: str, port: int,
         UsageError, RegistryError, SignatureError, BundleError, ManifestError,
         BaseMismatchError, AdapterError: an adapter cannot be attached.
     """
+    import os
+
+    import torch
+
+    # the workers share the cores: each pass gets its share of intra-op threads
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // settings.batch.workers))
     pool = Pool.for_adapters(refs, notify=notify, **pool_options)
     notify(f"serving {', '.join(pool.listing())} on http://{host}:{port}")
     make_server(pool, settings, host=host, port=port, access_log=access_log).run()
