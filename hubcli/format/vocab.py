@@ -33,6 +33,8 @@ METHOD_PLACEMENTS: dict[str, tuple[str, ...]] = {
     method: tuple(props["placement"]["items"]["enum"]) for method, props in _METHOD_DEFS.items()}
 PLACEMENTS: tuple[str, ...] = METHOD_PLACEMENTS["houlsby"]
 ACTIVATIONS: tuple[str, ...] = tuple(_METHOD_DEFS["houlsby"]["non_linearity"]["enum"])
+# The sublayer tensors a bottleneck may read and add back (`reads`, `skip`).
+HOULSBY_TAPS: tuple[str, ...] = tuple(_METHOD_DEFS["houlsby"]["reads"]["enum"])
 
 # An adapter's version: semantic versioning, as the schema's pattern says.
 VERSION = re.compile(_PROPS["version"]["pattern"])
