@@ -74,8 +74,7 @@ def test_an_imported_adapter_exports_back_to_the_librarys_tensors(fixture, tmp_p
     original = json.loads((FIXTURES / fixture / "adapter_config.json").read_text())["config"]
     for key in ("non_linearity", "mh_adapter", "output_adapter", "leave_out", "original_ln_before",
                 "original_ln_after", "residual_before_ln", "is_parallel", "architecture", "r",
-                "alpha",
-                "attn_matrices", "selfattn_lora"):
+                "alpha", "attn_matrices", "selfattn_lora"):
         assert config.get(key) == original.get(key), key
 
 
