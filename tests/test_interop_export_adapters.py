@@ -90,8 +90,8 @@ def test_an_imported_adapter_exports_back_to_the_librarys_tensors(fixture, tmp_p
 def test_the_adapters_library_computes_our_logits_from_the_export(architecture, tmp_path):
     from hubcli.base.hashing import content_hash
 
-    adapter = make_adapter_dir(
-        tmp_path / "ours", name="ours", seed=3, head={"pooling": "cls"},
+    adapter = make_adapter_dir(  # weights far from zero, so that a wrong form shows
+        tmp_path / "ours", name="ours", seed=3, scale=0.3, head={"pooling": "cls"},
         base_model={"content_hash": content_hash(Path(BASE))}, architecture=architecture)
     out = tmp_path / "for-adapters"
     result = run("export", adapter, "--format", "adapters", "--out", out, "--base", BASE,
