@@ -13,10 +13,6 @@ from typing import Any, Union
 from hubcli.format.vocab import ACTIVATIONS, HOULSBY_TAPS, METHOD_PLACEMENTS
 
 PLACEMENTS = METHOD_PLACEMENTS["houlsby"]
-# The tensors of a sublayer that a bottleneck may read and add back (`reads`, `skip`): with h
-# its output projection's output and x its input (the residual stream), the sublayer computes
-# LN(skip + f(reads) + x).
-TAPS = HOULSBY_TAPS
 
 
 def _resolved_layers(layers: tuple[int, ...] | None, num_layers: int) -> list[int]:
@@ -66,9 +62,9 @@ class HoulsbyConfig:
 
     def __post_init__(self) -> None:
         for name in ("reads", "skip"):
-            if getattr(self, name) not in TAPS:
+            if getattr(self, name) not in HOULSBY_TAPS:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; "
-                                 f"choose from {', '.join(TAPS)}")
+                                 f"choose from {', '.join(HOULSBY_TAPS)}")
         if self.bottleneck < 1:
             raise ValueError(f"bottleneck must be >= 1, got {self.bottleneck}")
         if self.init_scale < 0:

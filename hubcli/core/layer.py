@@ -47,15 +47,14 @@ class BottleneckAdapter(nn.Module):
     """Adapter(y) = y + f(y), f(y) = W_up(act(W_down y + b_down)) + b_up, d -> m -> d; in
     another form (`reads`, `skip`), skip + f(reads) (see the module's doc)."""
 
-    def __init__(self, d: int, m: int, *, non_linearity: str = "gelu", init_scale: float = 1e-3,
-                 reads: str = "output", skip: str = "output"):
+    def __init__(self, d: int, config: HoulsbyConfig):
         super().__init__()
-        self.down = nn.Linear(d, m)
-        self.act = ACTIVATION_FUNCTIONS[non_linearity]
-        self.up = nn.Linear(m, d)
-        self.reads, self.skip = reads, skip
-        self.needs_sublayer = not reads == skip == "output"
-        self.reset_parameters(init_scale)
+        self.down = nn.Linear(d, config.bottleneck)
+        self.act = ACTIVATION_FUNCTIONS[config.non_linearity]
+        self.up = nn.Linear(config.bottleneck, d)
+        self.reads, self.skip = config.reads, config.skip
+        self.needs_sublayer = config.needs_sublayer
+        self.reset_parameters(config.init_scale)
 
     def reset_parameters(self, init_scale: float) -> None:
         # Near-identity start: tiny weights and zero biases make the adapter ~x, so training
@@ -83,6 +82,8 @@ class BottleneckAdapter(nn.Module):
 
 class LoraAdapter(nn.Module):
     """LoRA(x, y) = y + (alpha / r) B(A(x)), A: d_in -> r, B: r -> d_out, no biases."""
+
+    needs_sublayer = False
 
     def __init__(self, d_in: int, d_out: int, config: LoraConfig):
         super().__init__()
@@ -184,9 +185,7 @@ def build_adapter(config: AdapterConfig, base_layer: nn.Linear) -> nn.Module:
     """A fresh adapter of `config`'s method for one wrapped Linear."""
     if isinstance(config, LoraConfig):
         return LoraAdapter(base_layer.in_features, base_layer.out_features, config)
-    return BottleneckAdapter(base_layer.out_features, config.bottleneck,
-                             non_linearity=config.non_linearity, init_scale=config.init_scale,
-                             reads=config.reads, skip=config.skip)
+    return BottleneckAdapter(base_layer.out_features, config)
 
 
 class AdapterLinear(nn.Module):
@@ -212,27 +211,16 @@ class AdapterLinear(nn.Module):
         self._wiring = (sublayer, layer_norm)
 
     def add(self, name: str, config: AdapterConfig) -> nn.Module:
-        """Create adapter `name` here.
-
-        Raises:
-            ValueError: a bottleneck that reads past the Linear at a site with no sublayer.
-        """
         w = self.base_layer.weight
         adapter = build_adapter(config, self.base_layer).to(device=w.device, dtype=w.dtype)
-        if isinstance(config, HoulsbyConfig) and config.needs_sublayer:
-            self._hook_sublayer()
-        self.adapters[name] = adapter
-        return adapter
-
-    def _hook_sublayer(self) -> None:
-        if self._wiring is None:
-            raise ValueError("this site has no sublayer to read its input and LayerNorm from")
-        if not self._hooked:
-            # kept for the sublayer's call only: the Linear runs inside it
+        if adapter.needs_sublayer and not self._hooked:
+            # the sublayer's input, kept for its call only (this Linear runs inside it)
             sublayer = self._wiring[0]
             sublayer.register_forward_pre_hook(self._keep_input, with_kwargs=True)
             sublayer.register_forward_hook(self._drop_input, always_call=True)
             self._hooked = True
+        self.adapters[name] = adapter
+        return adapter
 
     def _keep_input(self, _module: nn.Module, args: tuple, kwargs: dict) -> None:
         self.residual = args[1] if len(args) > 1 else kwargs["input_tensor"]
@@ -246,7 +234,7 @@ class AdapterLinear(nn.Module):
         the Linear sees the LayerNorm as the sublayer applies it to those rows: with the
         active block's deltas, or with the routed adapter's own."""
         adapter = self.adapters[name]
-        if not getattr(adapter, "needs_sublayer", False):
+        if not adapter.needs_sublayer:
             return adapter(x, y)
         layer_norm = self._wiring[1]
         norm_as = layer_norm.active if rows is None else name
