@@ -9,8 +9,9 @@ LayerNorm, He et al.'s parallel one) returns skip + f(reads), computed from h = 
 sublayer's input r and its LayerNorm, which the sublayer then turns into LN(. + r): in eval
 mode, with f = up(act(down(.))),
     output: h    sum: h + r    normed: LN(h + r)    input: r.
-The sublayer's input reaches the wrapper through a hook on the sublayer (`wire`), set only
-once such an adapter is added.
+(Training differs from the `adapters` library's as Houlsby's form does: the sublayer's dropout
+acts on what the site returns, not on h before the adapter.) The sublayer's input reaches the
+wrapper through a hook on the sublayer (`wire`), set only once such an adapter is added.
 `DeltaLayerNorm` wraps a LayerNorm: gamma = gamma_base + delta, beta = beta_base + delta, so
 each adapter trains its own LayerNorm without touching the shared base tensors.
 
