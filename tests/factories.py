@@ -99,8 +99,9 @@ def _parameters(shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
 
 
 def make_adapter_dir(path: Path, *, hidden: int = 32, num_layers: int = 2, bottleneck: int = 4,
-                     seed: int = 0, **overrides: Any) -> Path:
-    """Write a schema-valid adapter folder (manifest.json + its weights file) at `path`."""
+                     seed: int = 0, scale: float = 0.01, **overrides: Any) -> Path:
+    """Write a schema-valid adapter folder (manifest.json + its weights file) at `path`, its
+    weights normal with std `scale`."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     manifest = default_manifest(hidden, num_layers, bottleneck)
@@ -112,7 +113,7 @@ def make_adapter_dir(path: Path, *, hidden: int = 32, num_layers: int = 2, bottl
     shapes = expected_tensors(manifest)
     rng = np.random.default_rng(seed)
     weights = manifest_io.weights_file(manifest)
-    save_file({n: (rng.standard_normal(s) * 0.01).astype(np.float32) for n, s in shapes.items()},
+    save_file({n: (rng.standard_normal(s) * scale).astype(np.float32) for n, s in shapes.items()},
               str(path / weights))
     if not manifest["parameters"]:
         manifest["parameters"] = _parameters(shapes)

@@ -83,6 +83,19 @@ def test_card_for_regression_without_metrics(tmp_path):
     assert "No validation metrics were recorded." in card
 
 
+@pytest.mark.parametrize("form, formula", [
+    ({}, None), ({"reads": "normed"}, "LN(h + f(LN(h + x)) + x)"),
+    ({"reads": "normed", "skip": "sum"}, "LN(h + x + f(LN(h + x)) + x)"),
+    ({"reads": "input"}, "LN(h + f(x) + x)")])
+def test_a_bottleneck_in_another_form_says_what_its_sublayer_computes(form, formula, tmp_path):
+    d = make_adapter_dir(tmp_path / "pf", name="pf", architecture=form)
+    rows = [line for line in render_model_card(json.loads((d / "manifest.json").read_text()))
+            .splitlines() if line.startswith("| Form |")]
+    assert rows == ([] if formula is None else [
+        f"| Form | the sublayer computes {formula} (h: its output projection, x: its input, "
+        "f: the bottleneck) |"])
+
+
 def test_bundling_twice_changes_nothing(bundle_dir):
     before = {p.name: p.stat().st_mtime_ns for p in bundle_dir.iterdir()}
     make_bundle(bundle_dir)

@@ -169,6 +169,23 @@ def test_lora_method_trains_predicts_and_records_its_shape(trained, tiny_base_di
     assert text_table.exit_code == 0 and "adapter" in text_table.output.splitlines()[0]
 
 
+def test_a_bottleneck_form_trains_predicts_and_records_itself(tiny_base_dir, tmp_path):
+    train, dev = sample_dataset()
+    out = tmp_path / "pfeiffer"
+    result = run("train", "--reads", "normed", "--skip", "sum", "--bottleneck", 8,
+                 "--base", tiny_base_dir, "--train", train, "--validation", dev, "--out", out,
+                 "--epochs", 1, "--max-length", 32, "--quiet")
+    assert result.exit_code == 0, result.output
+    arch = manifest_io.read(out)["architecture"]
+    assert (arch["reads"], arch["skip"]) == ("normed", "sum")
+    pred = run("predict", out, "a gripping film", "--json")
+    assert pred.exit_code == 0, pred.output
+    assert json.loads(pred.stdout)["label"] in ("negative", "positive")
+    bad = run("train", "--reads", "after", "--train", train, "--out", tmp_path / "x")
+    assert bad.exit_code == 2 and "'after' is not one of 'output', 'sum', 'normed', 'input'" \
+        in bad.output
+
+
 def test_full_finetune_writes_a_model_folder_not_an_adapter(tiny_base_dir, tmp_path):
     train, dev = sample_dataset()
     out = tmp_path / "full"

@@ -1,4 +1,5 @@
-"""`hub export --format adapters`: our Houlsby adapter as a folder the `adapters` library loads.
+"""`hub export --format adapters`: our Houlsby adapter (each form the library has: its
+double_seq_bn, seq_bn, par_bn) or LoRA as a folder the `adapters` library loads.
 An imported adapter exports back to the library's own tensors; the library itself (when its
 venv is there: ADAPTERS_VENV, which .ci/run makes, else /tmp/anchor-venv) computes our logits
 from the export; LayerNorm deltas are refused unless dropped, and dropping them reports the
@@ -51,7 +52,7 @@ def our_logits(adapter: Path, base: str):
         return predictor.model(*(torch.tensor(EXPECTED["houlsby_cls_bin"][k]) for k in INPUTS))
 
 
-@pytest.mark.parametrize("fixture", ["houlsby_cls_bin", "lora_cls"])
+@pytest.mark.parametrize("fixture", ["houlsby_cls_bin", "lora_cls", "seq_bn_cls", "seq_bn_tag_st"])
 def test_an_imported_adapter_exports_back_to_the_librarys_tensors(fixture, tmp_path):
     import torch
     from safetensors.torch import load_file
@@ -72,8 +73,8 @@ def test_an_imported_adapter_exports_back_to_the_librarys_tensors(fixture, tmp_p
     config = json.loads((back / "adapter_config.json").read_text())["config"]
     original = json.loads((FIXTURES / fixture / "adapter_config.json").read_text())["config"]
     for key in ("non_linearity", "mh_adapter", "output_adapter", "leave_out", "original_ln_before",
-                "original_ln_after", "residual_before_ln", "architecture", "r", "alpha",
-                "attn_matrices", "selfattn_lora"):
+                "original_ln_after", "residual_before_ln", "is_parallel", "architecture", "r",
+                "alpha", "attn_matrices", "selfattn_lora"):
         assert config.get(key) == original.get(key), key
 
 
@@ -81,12 +82,16 @@ def test_an_imported_adapter_exports_back_to_the_librarys_tensors(fixture, tmp_p
 @pytest.mark.parametrize("architecture", [
     {"layernorm": "frozen", "non_linearity": "silu", "layers": [1]},
     {**LORA, "layers": [1], "placement": ["value"]},
-    {**LORA, "layers": [0, 1]}])
+    {**LORA, "layers": [0, 1]},
+    {"layernorm": "frozen", "reads": "normed", "non_linearity": "relu"},
+    {"layernorm": "frozen", "reads": "normed", "skip": "normed", "placement": ["ffn_output"]},
+    {"layernorm": "frozen", "reads": "normed", "skip": "sum", "layers": [0]},
+    {"layernorm": "frozen", "reads": "input", "placement": ["attention_output"]}])
 def test_the_adapters_library_computes_our_logits_from_the_export(architecture, tmp_path):
     from hubcli.base.hashing import content_hash
 
-    adapter = make_adapter_dir(
-        tmp_path / "ours", name="ours", seed=3, head={"pooling": "cls"},
+    adapter = make_adapter_dir(  # weights far from zero, so that a wrong form shows
+        tmp_path / "ours", name="ours", seed=3, scale=0.3, head={"pooling": "cls"},
         base_model={"content_hash": content_hash(Path(BASE))}, architecture=architecture)
     out = tmp_path / "for-adapters"
     result = run("export", adapter, "--format", "adapters", "--out", out, "--base", BASE,
@@ -99,6 +104,36 @@ def test_the_adapters_library_computes_our_logits_from_the_export(architecture, 
 
     torch.testing.assert_close(torch.tensor(json.loads(theirs.stdout.splitlines()[-1])),
                                our_logits(adapter, BASE), atol=1e-4, rtol=0)
+
+
+@pytest.mark.skipif(not LIBRARY_PYTHON.exists(), reason="no venv with the adapters library")
+@pytest.mark.parametrize("fixture", ["par_bn_cls", "seq_bn_post_add_cls"])
+def test_an_imported_scaled_bottleneck_exports_to_the_librarys_own_logits(fixture, tmp_path):
+    import torch
+
+    ours, back = tmp_path / "ours", tmp_path / "back"
+    assert run("import", FIXTURES / fixture, "--out", ours, "--base", BASE).exit_code == 0
+    result = run("export", ours, "--format", "adapters", "--out", back, "--base", BASE)
+    assert result.exit_code == 0, result.output
+    config = json.loads((back / "adapter_config.json").read_text())["config"]
+    assert config["scaling"] == 1.0  # folded into the up-projection
+    batch = {k: EXPECTED[fixture][k] for k in INPUTS}
+    theirs = subprocess.run([LIBRARY_PYTHON, "-c", LIBRARY_LOGITS, BASE, back, json.dumps(batch)],
+                            capture_output=True, text=True, check=True)
+    torch.testing.assert_close(torch.tensor(json.loads(theirs.stdout.splitlines()[-1])),
+                               torch.tensor(EXPECTED[fixture]["logits"]), atol=1e-4, rtol=0)
+
+
+def test_a_form_the_library_lacks_is_refused_naming_the_field(tmp_path, tiny_base_dir):
+    adapter = make_adapter_dir(tmp_path / "odd", name="odd", head={"pooling": "cls"},
+                               architecture={"layernorm": "frozen", "reads": "sum"})
+    result = run("export", adapter, "--format", "adapters", "--out", tmp_path / "x",
+                 "--base", tiny_base_dir, "--allow-unsigned", "--allow-base-mismatch")
+    assert result.exit_code == 1
+    assert result.output.splitlines()[0] == ("error: architecture.reads='sum' with skip='output' "
+                                             "has no counterpart in the adapters library's "
+                                             "bottlenecks")
+    assert not (tmp_path / "x").exists()
 
 
 def test_layernorm_deltas_are_refused_unless_dropped_and_then_measured(tmp_path, tiny_base_dir):

@@ -33,6 +33,19 @@ def adapter(request, tmp_path):
 
 
 def test_onnx_logits_match_pytorch(adapter, tiny_base_dir, tmp_path):
+    assert_onnx_matches_pytorch(adapter, tiny_base_dir, tmp_path)
+
+
+@pytest.mark.parametrize("reads, skip", [("normed", "output"), ("normed", "sum"),
+                                         ("input", "output")])
+def test_onnx_logits_match_pytorch_for_each_bottleneck_form(reads, skip, tiny_base_dir,
+                                                             tmp_path):
+    adapter = make_adapter_dir(tmp_path / "form", name="form", seed=2, scale=0.3,
+                               architecture={"reads": reads, "skip": skip})
+    assert_onnx_matches_pytorch(adapter, tiny_base_dir, tmp_path)
+
+
+def assert_onnx_matches_pytorch(adapter, tiny_base_dir, tmp_path):
     import onnx
     import torch
 

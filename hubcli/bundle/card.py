@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hubcli.format.manifest import weights_file
+from hubcli.format.vocab import bottleneck_form
 
 LIBRARY_NAME = "adapter-hub"
 ADAPTER_TAG = "houlsby-adapter"
@@ -102,9 +103,13 @@ def _method_rows(arch: dict[str, Any]) -> list[tuple[str, str]]:
         return [("Rank", f"r = {arch['rank']}, alpha = {arch['alpha']:g} (updates (alpha / r) B A x)"),
                 ("Placement", f"the attention {' and '.join(arch['placement'])} projections in "
                               f"layers {_ranges(arch['layers'])}")]
-    return [("Bottleneck size", f"m = {arch['bottleneck']} (each adapter maps d -> m -> d)"),
+    rows = [("Bottleneck size", f"m = {arch['bottleneck']} (each adapter maps d -> m -> d)"),
             ("Placement", f"after {' and '.join(arch['placement'])} in layers "
                           f"{_ranges(arch['layers'])}, {arch['non_linearity']} non-linearity")]
+    if form := bottleneck_form(arch):
+        rows.append(("Form", f"the sublayer computes {form} (h: its output projection, "
+                             "x: its input, f: the bottleneck)"))
+    return rows
 
 
 def _details(m: dict[str, Any]) -> list[str]:

@@ -10,7 +10,7 @@ import click
 from hubcli.local import precision
 from hubcli.cli.output import echo_json, echo_text, notice, table
 from hubcli.errors import OptionError, UsageError
-from hubcli.format.vocab import TASKS
+from hubcli.format.vocab import HOULSBY_TAPS, TASKS
 
 TASK_CHOICES = list(TASKS)
 
@@ -110,6 +110,12 @@ def training_data_options(f):
               "the attention query and value projections")
 @click.option("--bottleneck", type=click.IntRange(min=1), default=64, show_default=True,
               help="houlsby: bottleneck size")
+@click.option("--reads", type=click.Choice(HOULSBY_TAPS), default="output", show_default=True,
+              help="houlsby: what the bottleneck f reads, with h a sublayer's output projection "
+              "and x its input: output (h), sum (h + x), normed (LN(h + x): Pfeiffer et al.), "
+              "input (x: a parallel adapter); the sublayer computes LN(skip + f(reads) + x)")
+@click.option("--skip", type=click.Choice(HOULSBY_TAPS), default="output", show_default=True,
+              help="houlsby: what the adapter's skip connection adds back, in --reads' words")
 @click.option("--rank", type=click.IntRange(min=1), default=8, show_default=True,
               help="lora: rank r")
 @click.option("--alpha", type=click.FloatRange(min=0, min_open=True), default=16.0,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Union
 
-from hubcli.format.vocab import ACTIVATIONS, METHOD_PLACEMENTS
+from hubcli.format.vocab import ACTIVATIONS, HOULSBY_TAPS, METHOD_PLACEMENTS
 
 PLACEMENTS = METHOD_PLACEMENTS["houlsby"]
 
@@ -51,8 +51,20 @@ class HoulsbyConfig:
         "help": "sublayer outputs that get an adapter, before the residual add and LayerNorm"})
     train_layernorm: bool = field(default=True, metadata={
         "help": "train every LayerNorm as a per-adapter delta on the frozen base parameters"})
+    reads: str = field(default="output", metadata={
+        "help": "what the bottleneck f reads: output (h, the sublayer's output projection: "
+                "Houlsby), normed (LN(h + x), past the sublayer's residual add and LayerNorm: "
+                "Pfeiffer et al. 2020), input (x, the sublayer's input: a parallel adapter, He "
+                "et al. 2021) or sum (h + x); the sublayer then computes LN(skip + f(reads) + x)"})
+    skip: str = field(default="output", metadata={
+        "help": "what the adapter's own skip connection adds back to f(reads): output (h), "
+                "normed (LN(h + x)), input (x) or sum (h + x)"})
 
     def __post_init__(self) -> None:
+        for name in ("reads", "skip"):
+            if getattr(self, name) not in HOULSBY_TAPS:
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; "
+                                 f"choose from {', '.join(HOULSBY_TAPS)}")
         if self.bottleneck < 1:
             raise ValueError(f"bottleneck must be >= 1, got {self.bottleneck}")
         if self.init_scale < 0:
@@ -72,7 +84,16 @@ class HoulsbyConfig:
         d["placement"] = list(self.placement)
         d["type"] = "houlsby"
         d["layernorm"] = "delta" if d.pop("train_layernorm") else "frozen"
+        for name in ("reads", "skip"):  # written when not Houlsby's: older readers lack them
+            if d[name] == "output":
+                del d[name]
         return d
+
+    @property
+    def needs_sublayer(self) -> bool:
+        """False for Houlsby's own form, LN(h + f(h) + x), where the adapter needs h only;
+        True where it reads the sublayer's input x or its LayerNorm too."""
+        return not self.reads == self.skip == "output"
 
     @classmethod
     def from_manifest(cls, arch: dict[str, Any]) -> HoulsbyConfig:
@@ -83,6 +104,8 @@ class HoulsbyConfig:
             non_linearity=arch["non_linearity"],
             placement=tuple(arch["placement"]),
             train_layernorm=arch.get("layernorm", "delta") == "delta",
+            reads=arch.get("reads", "output"),
+            skip=arch.get("skip", "output"),
         )
 
 

@@ -4,6 +4,14 @@
 y = base(x): a Houlsby adapter on a sublayer's output projection returns y + up(act(down(y))),
 applied before the sublayer's dropout, residual add and LayerNorm (Houlsby et al., Fig. 2); a
 LoRA adapter on a query or value projection returns y + (alpha / r) B A x (Hu et al. 2021).
+A bottleneck in another form (`HoulsbyConfig.reads`/`skip`: Pfeiffer et al.'s after the
+LayerNorm, He et al.'s parallel one) returns skip + f(reads), computed from h = y, the
+sublayer's input r and its LayerNorm, which the sublayer then turns into LN(. + r): in eval
+mode, with f = up(act(down(.))),
+    output: h    sum: h + r    normed: LN(h + r)    input: r.
+(Training differs from the `adapters` library's as Houlsby's form does: the sublayer's dropout
+acts on what the site returns, not on h before the adapter.) The sublayer's input reaches the
+wrapper through a hook on the sublayer (`wire`), set only once such an adapter is added.
 `DeltaLayerNorm` wraps a LayerNorm: gamma = gamma_base + delta, beta = beta_base + delta, so
 each adapter trains its own LayerNorm without touching the shared base tensors.
 
@@ -14,26 +22,40 @@ each adapter to its own contiguous segment of the batch's rows.
 
 from __future__ import annotations
 
+from functools import partial
+from typing import Callable, NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from hubcli.core.composition import Block, Fuse, Stack
-from hubcli.core.config import AdapterConfig, LoraConfig
+from hubcli.core.config import AdapterConfig, HoulsbyConfig, LoraConfig
 from hubcli.core.names import AdapterTable
 from hubcli.core.ops import ACTIVATION_FUNCTIONS
 from hubcli.core.routing import PerThread, Route
 
 
-class BottleneckAdapter(nn.Module):
-    """Adapter(x) = x + W_up(act(W_down x + b_down)) + b_up, d -> m -> d."""
+class Sublayer(NamedTuple):
+    """What a bottleneck reading past its Linear gets from the sublayer around it: the
+    sublayer's input (its residual) and its LayerNorm as the adapter's rows see it."""
 
-    def __init__(self, d: int, m: int, *, non_linearity: str = "gelu", init_scale: float = 1e-3):
+    residual: torch.Tensor
+    layer_norm: Callable[[torch.Tensor], torch.Tensor]
+
+
+class BottleneckAdapter(nn.Module):
+    """Adapter(y) = y + f(y), f(y) = W_up(act(W_down y + b_down)) + b_up, d -> m -> d; in
+    another form (`reads`, `skip`), skip + f(reads) (see the module's doc)."""
+
+    def __init__(self, d: int, config: HoulsbyConfig):
         super().__init__()
-        self.down = nn.Linear(d, m)
-        self.act = ACTIVATION_FUNCTIONS[non_linearity]
-        self.up = nn.Linear(m, d)
-        self.reset_parameters(init_scale)
+        self.down = nn.Linear(d, config.bottleneck)
+        self.act = ACTIVATION_FUNCTIONS[config.non_linearity]
+        self.up = nn.Linear(config.bottleneck, d)
+        self.reads, self.skip = config.reads, config.skip
+        self.needs_sublayer = config.needs_sublayer
+        self.reset_parameters(config.init_scale)
 
     def reset_parameters(self, init_scale: float) -> None:
         # Near-identity start: tiny weights and zero biases make the adapter ~x, so training
@@ -45,14 +67,24 @@ class BottleneckAdapter(nn.Module):
                 nn.init.zeros_(lin.weight)
             nn.init.zeros_(lin.bias)
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """`y` is the base layer's output for input `x`; the adapter transforms `y`."""
-        return y + self.up(self.act(self.down(y)))
+    def forward(self, x: torch.Tensor, y: torch.Tensor, sublayer: Sublayer | None = None
+                ) -> torch.Tensor:
+        """`y` is the base layer's output for input `x`; the adapter transforms `y`, reading
+        `sublayer` too when `needs_sublayer`."""
+        if sublayer is None:
+            return y + self.up(self.act(self.down(y)))
+        taps = {"output": y, "input": sublayer.residual}
+        if {"sum", "normed"} & {self.reads, self.skip}:
+            taps["sum"] = y + sublayer.residual
+            taps["normed"] = sublayer.layer_norm(taps["sum"])
+        return taps[self.skip] + self.up(self.act(self.down(taps[self.reads])))
 
 
 
 class LoraAdapter(nn.Module):
     """LoRA(x, y) = y + (alpha / r) B(A(x)), A: d_in -> r, B: r -> d_out, no biases."""
+
+    needs_sublayer = False
 
     def __init__(self, d_in: int, d_out: int, config: LoraConfig):
         super().__init__()
@@ -154,8 +186,7 @@ def build_adapter(config: AdapterConfig, base_layer: nn.Linear) -> nn.Module:
     """A fresh adapter of `config`'s method for one wrapped Linear."""
     if isinstance(config, LoraConfig):
         return LoraAdapter(base_layer.in_features, base_layer.out_features, config)
-    return BottleneckAdapter(base_layer.out_features, config.bottleneck,
-                             non_linearity=config.non_linearity, init_scale=config.init_scale)
+    return BottleneckAdapter(base_layer.out_features, config)
 
 
 class AdapterLinear(nn.Module):
@@ -172,12 +203,46 @@ class AdapterLinear(nn.Module):
         self.active: Block | None = None
         self.route: Route | None = None
         self.bypass = False  # adapters switched off here (ablation, AdapterDrop)
+        # (the sublayer module, its LayerNorm): in a tuple, so neither registers as a child
+        self._wiring: tuple[nn.Module, DeltaLayerNorm] | None = None
+        self._hooked = False
+        self.residual: torch.Tensor | None = None  # the sublayer's input, during its call
+
+    def wire(self, sublayer: nn.Module, layer_norm: DeltaLayerNorm) -> None:
+        """Name the sublayer around this Linear (its forward takes (hidden, input_tensor),
+        adds input_tensor and applies `layer_norm`), for adapters that read past the Linear."""
+        self._wiring = (sublayer, layer_norm)
 
     def add(self, name: str, config: AdapterConfig) -> nn.Module:
         w = self.base_layer.weight
         adapter = build_adapter(config, self.base_layer).to(device=w.device, dtype=w.dtype)
+        if adapter.needs_sublayer and not self._hooked:
+            # the sublayer's input, kept for its call only (this Linear runs inside it)
+            sublayer = self._wiring[0]
+            sublayer.register_forward_pre_hook(self._keep_input, with_kwargs=True)
+            sublayer.register_forward_hook(self._drop_input, always_call=True)
+            self._hooked = True
         self.adapters[name] = adapter
         return adapter
+
+    def _keep_input(self, _module: nn.Module, args: tuple, kwargs: dict) -> None:
+        self.residual = args[1] if len(args) > 1 else kwargs["input_tensor"]
+
+    def _drop_input(self, _module: nn.Module, _args: tuple, _output: torch.Tensor) -> None:
+        self.residual = None
+
+    def _run(self, name: str, x: torch.Tensor, y: torch.Tensor, rows: slice | None = None
+             ) -> torch.Tensor:
+        """Adapter `name` on `x`, `y`: the whole batch, or its routed `rows`. One reading past
+        the Linear sees the LayerNorm as the sublayer applies it to those rows: with the
+        active block's deltas, or with the routed adapter's own."""
+        adapter = self.adapters[name]
+        if not adapter.needs_sublayer:
+            return adapter(x, y)
+        layer_norm = self._wiring[1]
+        norm_as = layer_norm.active if rows is None else name
+        residual = self.residual if rows is None else self.residual[rows]
+        return adapter(x, y, Sublayer(residual, partial(layer_norm.as_adapter, name=norm_as)))
 
     def remove(self, name: str) -> None:
         for table in (self.adapters, self.fusions):
@@ -198,7 +263,7 @@ class AdapterLinear(nn.Module):
 
     def _composed(self, x: torch.Tensor, y: torch.Tensor, block: Block) -> torch.Tensor:
         if isinstance(block, str):
-            return self.adapters[block](x, y) if block in self.adapters else y
+            return self._run(block, x, y) if block in self.adapters else y
         if isinstance(block, Stack):
             for child in block.children:
                 y = self._composed(x, y, child)
@@ -217,7 +282,7 @@ class AdapterLinear(nn.Module):
 
     def _routed(self, x: torch.Tensor, y: torch.Tensor, route: Route) -> torch.Tensor:
         return route.apply(y, self.adapters.__contains__,
-                           lambda n, s, e: self.adapters[n](x[s:e], y[s:e]))
+                           lambda n, s, e: self._run(n, x[s:e], y[s:e], slice(s, e)))
 
 
 class LayerNormDelta(nn.Module):
@@ -255,19 +320,14 @@ class DeltaLayerNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.route is not None:
-            return self._routed(x, self.route)
-        if self.active is None or self.active not in self.deltas:
+            return self.route.apply(self.base_layer(x), self.deltas.__contains__,
+                                    lambda n, s, e: self.as_adapter(x[s:e], n))
+        return self.as_adapter(x, self.active)
+
+    def as_adapter(self, x: torch.Tensor, name: str | None) -> torch.Tensor:
+        """This LayerNorm with `name`'s deltas, or the base's where it has none."""
+        if name is None or name not in self.deltas:
             return self.base_layer(x)
-        base, delta = self.base_layer, self.deltas[self.active]
+        base, delta = self.base_layer, self.deltas[name]
         return F.layer_norm(x, base.normalized_shape, base.weight + delta.weight_delta,
                             base.bias + delta.bias_delta, base.eps)
-
-    def _routed(self, x: torch.Tensor, route: Route) -> torch.Tensor:
-        base = self.base_layer
-
-        def with_deltas(name: str, s: int, e: int) -> torch.Tensor:
-            delta = self.deltas[name]
-            return F.layer_norm(x[s:e], base.normalized_shape, base.weight + delta.weight_delta,
-                                base.bias + delta.bias_delta, base.eps)
-
-        return route.apply(base(x), self.deltas.__contains__, with_deltas)

@@ -63,8 +63,12 @@ class AdapterModel(nn.Module):
             for placement, path in t.adapters.items():
                 self.adapter_sites[(i, placement)] = _swap(layer, path, AdapterLinear)
             for placement in PLACEMENTS:
-                self.layernorm_sites[f"layers.{i}.{placement}"] = _swap(
+                norm = self.layernorm_sites[f"layers.{i}.{placement}"] = _swap(
                     layer, t.layernorms[placement], DeltaLayerNorm)
+                # the output projection's parent is the sublayer that adds its input and
+                # applies that LayerNorm: where a bottleneck in another form reads
+                self.adapter_sites[(i, placement)].wire(
+                    layer.get_submodule(t.adapters[placement].rpartition(".")[0]), norm)
         for name in EXTRA_LAYERNORMS:
             self.layernorm_sites[name] = _swap(encoder, t.extra_layernorms[name], DeltaLayerNorm)
         self.heads = AdapterTable()
@@ -115,11 +119,15 @@ class AdapterModel(nn.Module):
         fusion then computes exactly what that component does).
 
         Raises:
-            AdapterError: a component is not loaded, the fusion exists already, or a site the
-                base does not have.
+            AdapterError: a component is not loaded or not of Houlsby's form, the fusion
+                exists already, or a site the base does not have.
         """
         for n in names_in(block):
             self._require(n)
+            if getattr(self.infos[n].config, "needs_sublayer", False):
+                raise AdapterError(f"{n} reads {self.infos[n].config.reads} and adds back "
+                                   f"{self.infos[n].config.skip}: AdapterFusion mixes adapters "
+                                   "of Houlsby's form only (reads and skip both output)")
         name = block.name
         if name in self.infos:
             raise AdapterError(f"a fusion {name} is already loaded")

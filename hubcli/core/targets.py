@@ -8,7 +8,9 @@ Paths are attribute paths inside the loaded encoder (`AutoModel`'s, or the compa
   sublayer output projections (the adapter transforms their output, before the residual add
   and LayerNorm) and LoRA's attention query and value projections (the update reads their
   input); which placements each method may use is `hubcli.format.vocab.METHOD_PLACEMENTS`,
-  read from the manifest schema;
+  read from the manifest schema. A Houlsby projection's parent module is its sublayer, whose
+  forward takes (hidden, input_tensor), adds input_tensor and applies the placement's
+  LayerNorm: where a bottleneck in another form (`reads`/`skip`) gets x and LN from;
 - `layernorms`: LayerNorms inside one layer, plus `extra_layernorms` outside the layers.
 """
 

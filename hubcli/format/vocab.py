@@ -33,6 +33,20 @@ METHOD_PLACEMENTS: dict[str, tuple[str, ...]] = {
     method: tuple(props["placement"]["items"]["enum"]) for method, props in _METHOD_DEFS.items()}
 PLACEMENTS: tuple[str, ...] = METHOD_PLACEMENTS["houlsby"]
 ACTIVATIONS: tuple[str, ...] = tuple(_METHOD_DEFS["houlsby"]["non_linearity"]["enum"])
+# The sublayer tensors a bottleneck may read and add back (`reads`, `skip`), as formulas in
+# h (the sublayer's output projection) and x (its input).
+HOULSBY_TAPS: tuple[str, ...] = tuple(_METHOD_DEFS["houlsby"]["reads"]["enum"])
+_TAP_FORMULAS = {"output": "h", "sum": "h + x", "normed": "LN(h + x)", "input": "x"}
+
+
+def bottleneck_form(arch: dict) -> str | None:
+    """What a bottleneck architecture's sublayer computes, where it is not Houlsby's own
+    form: e.g. "LN(h + f(LN(h + x)) + x)" for reads normed (model cards, the registry's
+    pages)."""
+    reads, skip = arch.get("reads", "output"), arch.get("skip", "output")
+    if reads == skip == "output":
+        return None
+    return f"LN({_TAP_FORMULAS[skip]} + f({_TAP_FORMULAS[reads]}) + x)"
 
 # An adapter's version: semantic versioning, as the schema's pattern says.
 VERSION = re.compile(_PROPS["version"]["pattern"])

@@ -2,12 +2,15 @@
 `adapters` library (AdapterHub) loads with `load_adapter(DIR, use_safetensors=True)` (its
 loader reads pickles otherwise, and we write none), computing our logits.
 
-The inverse of `adapters_import`: our bottleneck becomes its "double_seq_bn" (the same
-placement and arithmetic, scaling 1), our classification head its classification head (CLS
+The inverse of `adapters_import`: our bottleneck becomes its bottleneck of the same
+arithmetic and placement, scaling 1 (Houlsby's form its "double_seq_bn", `reads` normed its
+"seq_bn" with the `residual_before_ln` of our `skip`, `reads` input its "par_bn"; see
+`adapters_format.FORMS`), our classification head its classification head (CLS
 pooling, dense, tanh, out), our tagging head its tagging head; our LoRA its LoRA. LayerNorm
 deltas have no place in that format: refused unless dropped on purpose; then, given labelled
 data, the change in the primary metric is measured. What it cannot express (mean pooling,
-regression and QA heads, fusions, other model types) is refused, naming it.
+regression and QA heads, fusions, other model types, a `reads`/`skip` form it has no
+counterpart for) is refused, naming it.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ from typing import Callable
 from hubcli import __version__
 from hubcli.errors import AdapterError, UsageError
 from hubcli.interop.adapters_format import (ACTIVATIONS, ADAPTER_CONFIG, ADAPTER_WEIGHTS,
-                                            HEAD_CONFIG, HEAD_WEIGHTS, HEADS, LORA_MATRICES,
-                                            LORA_REQUIRED, MODEL_CLASS, PLACEMENTS, REQUIRED,
-                                            WEIGHT_PREFIX)
+                                            FORMS, HEAD_CONFIG, HEAD_WEIGHTS, HEADS,
+                                            LORA_MATRICES, LORA_REQUIRED, MODEL_CLASS,
+                                            PLACEMENTS, REQUIRED, WEIGHT_PREFIX)
 
 _LIBRARY_ACTIVATION = {ours: theirs for theirs, ours in ACTIVATIONS.items() if theirs != "silu"}
 _SITE = {ours: theirs for theirs, ours in PLACEMENTS.items()}
@@ -104,7 +107,12 @@ def _check(m: dict) -> tuple[str, dict]:
     if int(hidden // factor) != bottleneck:  # the library sizes its bottleneck so
         raise AdapterError(f"architecture.bottleneck={bottleneck} is not reachable as "
                            f"hidden_size // reduction_factor")
-    return kind, {**REQUIRED, "residual_before_ln": True, "adapter_residual_before_ln": False,
+    form = (arch.get("reads", "output"), arch.get("skip", "output"))
+    if form not in FORMS:
+        raise AdapterError(f"architecture.reads={form[0]!r} with skip={form[1]!r} has no "
+                           "counterpart in the adapters library's bottlenecks",
+                           hint=f"exported: {', '.join(f'{r}/{k}' for r, k in FORMS)}")
+    return kind, {**REQUIRED, **FORMS[form], "adapter_residual_before_ln": False,
                   "scaling": 1.0, "dropout": 0.0, "init_weights": "bert",
                   "reduction_factor": factor,
                   "non_linearity": _LIBRARY_ACTIVATION[arch["non_linearity"]],

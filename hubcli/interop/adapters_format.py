@@ -1,6 +1,15 @@
 """The `adapters` library's (AdapterHub's) folder format, as `save_adapter` writes it: file
 names, the bottleneck settings our Houlsby method computes the same, and how its tensor and
 head names correspond to ours. Shared by `adapters_import` and `adapters_export`.
+
+Its bottleneck at a sublayer with output h (after dense and dropout), input x and LayerNorm
+LN, with f(z) = scaling * up(act(down(z))) and `original_ln_after` true, computes (eval):
+    double_seq_bn, or any with original_ln_before false     LN(h + f(h) + x)
+    original_ln_before true, residual_before_ln true         LN(h + f(LN(h + x)) + x)
+      (seq_bn's default)                     false           LN(LN(h + x) + f(LN(h + x)) + x)
+                                             "post_add"      LN(h + x + f(LN(h + x)) + x)
+    is_parallel true (par_bn; the two above are unused)      LN(h + f(x) + x)
+which are our Houlsby method's `reads`/`skip` forms in FORMS.
 """
 
 from __future__ import annotations
@@ -13,9 +22,19 @@ HEAD_WEIGHTS = ("model_head.safetensors", "pytorch_model_head.bin")
 LIBRARY = "adapters"
 
 # bottleneck fields whose value must be this for our Houlsby to compute what the library does
-REQUIRED = {"original_ln_before": False, "original_ln_after": True, "ln_before": False,
-            "ln_after": False, "use_gating": False, "phm_layer": False, "is_parallel": False,
-            "inv_adapter": None, "cross_adapter": False}
+REQUIRED = {"original_ln_after": True, "ln_before": False, "ln_after": False,
+            "use_gating": False, "phm_layer": False, "inv_adapter": None, "cross_adapter": False}
+# our (reads, skip) -> the library's fields that compute the same (see the module's doc)
+FORMS = {("output", "output"): {"is_parallel": False, "original_ln_before": False,
+                                "residual_before_ln": True},
+         ("normed", "output"): {"is_parallel": False, "original_ln_before": True,
+                                "residual_before_ln": True},
+         ("normed", "normed"): {"is_parallel": False, "original_ln_before": True,
+                                "residual_before_ln": False},
+         ("normed", "sum"): {"is_parallel": False, "original_ln_before": True,
+                             "residual_before_ln": "post_add"},
+         ("input", "output"): {"is_parallel": True, "original_ln_before": False,
+                               "residual_before_ln": True}}
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu", "tanh": "tanh"}
 PLACEMENTS = {"attention.output": "attention_output", "output": "ffn_output"}
 ADAPTER_KEY = re.compile(r"encoder\.layer\.(\d+)\.(attention\.output|output)\.adapters\."

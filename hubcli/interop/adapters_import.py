@@ -6,15 +6,18 @@ model_head.safetensors or pytorch_model_head.bin. A `.bin` is opened only with P
 restricted loader (`weights_only=True`); one that needs a full unpickler is refused, naming the
 file, and what is read is written back as safetensors at once.
 
-Mapped: the library's sequential bottleneck ("double_seq_bn", Houlsby) onto our Houlsby
-method. Its adapter reads the sublayer's output after dense + dropout, adds its own residual,
-and the sublayer's residual add and LayerNorm follow (`original_ln_before` false,
-`original_ln_after` true): where ours sits, exactly, in eval mode. `scaling` (a number) is
-folded into the up-projection; `mh_adapter`/`output_adapter` are our placements, `leave_out`
-the layers left out, swish is silu. Its LoRA on q and v is our LoRA ((alpha / r) B A x in
-both). What our methods cannot compute the same (the original LayerNorm before the adapter as
-in "seq_bn", adapter LayerNorms, gating, PHM, parallel adapters, learned scaling, LoRA on k or
-the feed-forward, DoRA, VeRA) is refused naming the field.
+Mapped: the library's bottlenecks onto our Houlsby method in the form that computes the same
+in eval mode (`adapters_format` writes out each): "double_seq_bn" (Houlsby: reads the
+sublayer's output after dense + dropout, the sublayer's residual add and LayerNorm follow) as
+it is; "seq_bn" (Pfeiffer: `original_ln_before`, the adapter reads past the sublayer's
+residual add and LayerNorm) with `reads` normed and `skip` by its `residual_before_ln` (true:
+output, false: normed, "post_add": sum); "par_bn" (`is_parallel`: reads the sublayer's input)
+with `reads` input. `scaling` (a number) is folded into the up-projection;
+`mh_adapter`/`output_adapter` are our placements, `leave_out` the layers left out, swish is
+silu. Its LoRA on q and v is our LoRA ((alpha / r) B A x in both). What our methods cannot
+compute the same (`original_ln_after` false, adapter LayerNorms, gating, PHM, invertible
+adapters, learned scaling, LoRA on k or the feed-forward, DoRA, VeRA) is refused naming the
+field.
 """
 
 from __future__ import annotations
@@ -26,9 +29,9 @@ from typing import Any, Callable
 from hubcli.errors import AdapterError, UsageError
 from hubcli.format.vocab import DEFAULT_MAX_LENGTH
 from hubcli.interop.adapters_format import (ACTIVATIONS, ADAPTER_CONFIG, ADAPTER_KEY,
-                                            ADAPTER_WEIGHTS, HEAD_CONFIG, HEAD_WEIGHTS, HEADS,
-                                            LIBRARY, LORA_KEY, LORA_MATRICES, LORA_REQUIRED,
-                                            PLACEMENTS, REQUIRED)
+                                            ADAPTER_WEIGHTS, FORMS, HEAD_CONFIG, HEAD_WEIGHTS,
+                                            HEADS, LIBRARY, LORA_KEY, LORA_MATRICES,
+                                            LORA_REQUIRED, PLACEMENTS, REQUIRED)
 
 
 HF_SCHEME = "hf://"
@@ -174,9 +177,7 @@ def houlsby_config(cfg: dict, hidden: int, layers: tuple[int, ...]):
     for key, wanted in REQUIRED.items():
         if cfg.get(key, wanted) != wanted:
             raise _unsupported(key, cfg[key], "our Houlsby method cannot compute this variant")
-    if cfg.get("residual_before_ln", True) not in (True, False):
-        raise _unsupported("residual_before_ln", cfg["residual_before_ln"],
-                           "only true or false reproduce")
+    reads, skip = _form(cfg)
     scaling = cfg.get("scaling", 1.0)
     if isinstance(scaling, bool) or not isinstance(scaling, (int, float)):
         raise _unsupported("scaling", scaling, "only a fixed number is folded into the weights")
@@ -189,7 +190,26 @@ def houlsby_config(cfg: dict, hidden: int, layers: tuple[int, ...]):
         raise _unsupported("mh_adapter", False, "the adapter sits nowhere")
     bottleneck = _bottleneck(cfg.get("reduction_factor", 16), hidden)
     return HoulsbyConfig(bottleneck=bottleneck, layers=layers, non_linearity=ACTIVATIONS[act],
-                         placement=placement, train_layernorm=False), float(scaling)
+                         placement=placement, train_layernorm=False, reads=reads,
+                         skip=skip), float(scaling)
+
+
+def _form(cfg: dict) -> tuple[str, str]:
+    """Our (reads, skip) for the library's is_parallel, original_ln_before and
+    residual_before_ln (see `adapters_format`)."""
+    parallel = bool(cfg.get("is_parallel", False))
+    # its parallel adapter reads neither of the other two; without the LayerNorm before it,
+    # its skip connection is h whether residual_before_ln is true or false
+    before = bool(cfg.get("original_ln_before", False)) and not parallel
+    residual = cfg.get("residual_before_ln", True)
+    if parallel or (not before and residual is False):
+        residual = True
+    theirs = {"is_parallel": parallel, "original_ln_before": before, "residual_before_ln": residual}
+    for ours, fields in FORMS.items():
+        if fields == theirs:
+            return ours
+    raise _unsupported("residual_before_ln", residual,
+                       "supported: true, false, and \"post_add\" with original_ln_before true")
 
 
 def head_config(doc: dict):

@@ -37,6 +37,8 @@ class TrainSettings:
     base_revision: str | None = None
     method: str = "houlsby"  # or "lora" (hubcli/core/config.py)
     bottleneck: int = 64
+    reads: str = "output"  # houlsby only: its form (hubcli/core/config.py)
+    skip: str = "output"
     layers: tuple[int, ...] | None = None
     init_scale: float = 1e-3
     rank: int = 8  # lora only
@@ -262,7 +264,7 @@ class _Run:
             self.config = (LoraConfig(rank=s.rank, alpha=s.alpha, layers=s.layers)
                            if s.method == "lora" else
                            HoulsbyConfig(bottleneck=s.bottleneck, layers=s.layers,
-                                         init_scale=s.init_scale))
+                                         init_scale=s.init_scale, reads=s.reads, skip=s.skip))
             self.model = AdapterModel(base.encoder)
             if self.components:
                 from hubcli.local.fuse import build

@@ -12,6 +12,7 @@ from flask import Flask
 from markupsafe import Markup
 
 from hubcli.bundle.card import validation_metrics
+from hubcli.format.vocab import bottleneck_form
 from registry_server.models import as_utc
 from registry_server.ui.chart import finite
 from registry_server.ui.chart import label as metric_label
@@ -82,6 +83,8 @@ def architecture_rows(manifest: dict[str, Any]) -> Rows:
                                 manifest.get("base_model", {}).get("num_layers")))]
     if "non_linearity" in arch:
         rows.append(("Non-linearity", arch["non_linearity"]))
+    if form := bottleneck_form(arch):
+        rows.append(("Form", form))
     rows.append(("LayerNorm", "trained as deltas" if arch.get("layernorm") == "delta" else "frozen"))
     if isinstance(params.get("trainable"), int):
         share = params.get("share")

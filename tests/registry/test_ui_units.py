@@ -107,6 +107,10 @@ def test_present_formats_values():
     manifest["parameters"] = {"trainable": 2610, "base": 1_000_000, "share": 0.00261}
     rows = dict(present.architecture_rows(manifest))
     assert rows["Layers"] == "all 2" and rows["Trainable parameters"] == "2,610 (0.26% of the base)"
+    assert "Form" not in rows  # Houlsby's own form
+    manifest["architecture"]["reads"] = "input"
+    assert dict(present.architecture_rows(manifest))["Form"] == "LN(h + f(x) + x)"
+    del manifest["architecture"]["reads"]
     # The per-epoch "loss" is the validation loss; the training loss is never a tile.
     assert present.best_metrics(manifest) == [("accuracy", "0.85"), ("validation loss", "0.4")]
     assert present.primary_metric(manifest) == ("accuracy", "0.85")

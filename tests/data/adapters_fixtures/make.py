@@ -11,7 +11,12 @@ Writes, next to this script:
   houlsby_tag_st/          double_seq_bn with relu, reduction 8, scaling 2.0, leave_out [1],
                            a tagging head, as safetensors
   lora_cls/                LoRA r=4, alpha=8 on q and v, leave_out [0], classification head
-  seq_bn_cls/              seq_bn (Pfeiffer), which our core cannot reproduce
+  seq_bn_cls/              seq_bn (Pfeiffer: the library's defaults, relu, reduction 16)
+  seq_bn_tag_st/           seq_bn with swish, reduction 8, residual_before_ln false, after both
+                           sublayers, leave_out [1], a tagging head
+  seq_bn_post_add_cls/     seq_bn with gelu, residual_before_ln "post_add", scaling 2.0
+  par_bn_cls/              par_bn (He et al.: the library's defaults, relu, reduction 2,
+                           scaling 4.0)
   expected.json            per fixture: the library's version, input ids, attention mask, logits
 """
 
@@ -24,7 +29,7 @@ from pathlib import Path
 
 import adapters
 import torch
-from adapters import BertAdapterModel, DoubleSeqBnConfig, LoRAConfig, SeqBnConfig
+from adapters import BertAdapterModel, DoubleSeqBnConfig, LoRAConfig, ParBnConfig, SeqBnConfig
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
 HERE = Path(__file__).parent
@@ -94,6 +99,17 @@ def main() -> None:
                                  "classification", safetensors=True, seed=4),
         "seq_bn_cls": make_fixture(base, tok, "seq_bn_cls", SeqBnConfig(), "classification",
                                    safetensors=True, seed=3),
+        "seq_bn_tag_st": make_fixture(
+            base, tok, "seq_bn_tag_st",
+            SeqBnConfig(non_linearity="swish", reduction_factor=8, residual_before_ln=False,
+                        mh_adapter=True, leave_out=[1]),
+            "tagging", safetensors=True, seed=5),
+        "seq_bn_post_add_cls": make_fixture(
+            base, tok, "seq_bn_post_add_cls",
+            SeqBnConfig(non_linearity="gelu", residual_before_ln="post_add", scaling=2.0),
+            "classification", safetensors=True, seed=6),
+        "par_bn_cls": make_fixture(base, tok, "par_bn_cls", ParBnConfig(), "classification",
+                                   safetensors=True, seed=7),
     }
     Path("expected.json").write_text(json.dumps(expected, indent=1) + "\n")
 
