@@ -154,14 +154,17 @@ def test_mixed_batch_of_both_methods_matches_each_row_alone(model, base):
 
 
 def test_two_threads_route_their_own_batches_through_one_model_at_once(model, base):
-    """Thread B runs a whole pass while thread A's pass is under way (started from inside
-    A's embedding lookup, after A set its route): with one route shared by the sites, B
-    would route A's rows its own way and clear A's route on leaving."""
+    """Thread B runs a whole pass while thread A's pass is inside layer 0's attention output
+    (its route set, the sublayer's input kept for an adapter that reads past the Linear):
+    with a route or input shared by the sites, B would route A's rows its own way and clear
+    both on leaving."""
     import threading
 
     names = add_houlsby_set(model)
+    model.add_adapter("pf", HoulsbyConfig(bottleneck=8, reads="normed", skip="sum"), SEQ)
+    _randomise(model, "pf", seed=9)
     batch = encode(base.tokenizer, TEXTS[:4])
-    routes = ([names[0], names[1], BASE, names[3]], [names[3], BASE, names[0], names[0]])
+    routes = ([names[0], "pf", BASE, names[3]], ["pf", BASE, names[0], names[0]])
 
     def hidden(per_row):
         return model.forward_routed(batch["input_ids"], batch["attention_mask"],
@@ -182,11 +185,12 @@ def test_two_threads_route_their_own_batches_through_one_model_at_once(model, ba
 
     with torch.inference_mode():
         expected = [hidden(r) for r in routes]
-        hook = model.encoder.get_input_embeddings().register_forward_hook(start_b_from_a)
+        site = model.adapter_sites[(0, "attention_output")].base_layer
+        hook = site.register_forward_hook(start_b_from_a)
         try:
             got["a"] = hidden(routes[0])
         finally:
             hook.remove()
-    assert not torch.equal(expected[0], expected[1])
+    assert "b" in got and not torch.equal(expected[0], expected[1])
     assert torch.allclose(got["a"], expected[0], atol=1e-6, rtol=0)
     assert torch.allclose(got["b"], expected[1], atol=1e-6, rtol=0)

@@ -189,3 +189,20 @@ def test_sigterm_writes_a_checkpoint_and_says_how_to_resume(tiny_base_dir, tmp_p
     resumed = hub(*args, "--resume")
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
     assert max_difference(weights(out), uninterrupted[0]) < 1e-6
+
+
+def test_the_checkpoint_fingerprint_names_a_bottleneck_form_only_where_it_is_not_houlsbys(
+        tmp_path):
+    """So a checkpoint written before forms existed still resumes a Houlsby run."""
+    from types import SimpleNamespace
+
+    from hubcli.local.loop import fingerprint
+    from hubcli.local.train import TrainSettings
+
+    train = tmp_path / "t.tsv"
+    train.write_text("a film\tpos\n")
+    source = SimpleNamespace(examples=1)
+    houlsby = fingerprint(TrainSettings(train=train, out=tmp_path / "o"), source, 10)
+    pf = fingerprint(TrainSettings(train=train, out=tmp_path / "o", reads="normed"), source, 10)
+    assert "reads" not in houlsby and "skip" not in houlsby
+    assert pf == {**houlsby, "reads": "normed"}

@@ -193,7 +193,9 @@ class AdapterLinear(nn.Module):
     """A frozen Linear followed by the active named adapter, if any; or, with a `route` set,
     by each row's own adapter."""
 
-    route = PerThread()  # each thread's own, so concurrent routed passes stay apart
+    # each thread's own, so concurrent passes stay apart: the route, and the sublayer's input
+    route = PerThread()
+    residual = PerThread()
 
     def __init__(self, base_layer: nn.Linear):
         super().__init__()

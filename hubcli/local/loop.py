@@ -62,10 +62,13 @@ def linear_warmup_decay(total_steps: int, warmup_ratio: float) -> Callable[[int]
 def fingerprint(s, source, steps: int) -> dict[str, Any]:
     """What decides every step: a checkpoint resumes only a run with the same of each. (Not the
     number of processes: the global batch, and so every step, is the same for any.)"""
-    names = ("task", "base", "method", "bottleneck", "reads", "skip", "layers", "init_scale",
-             "rank", "alpha", "batch_size", "grad_accum", "max_length", "seed", "warmup_ratio",
-             "pooling", "full_finetune", "precision", "streaming")
+    names = ("task", "base", "method", "bottleneck", "layers", "init_scale", "rank", "alpha",
+             "batch_size", "grad_accum", "max_length", "seed", "warmup_ratio", "pooling",
+             "full_finetune", "precision", "streaming")
     out = {name: _plain(getattr(s, name)) for name in names}
+    # a bottleneck's form only where it is not Houlsby's: checkpoints from before it resume
+    out.update({name: getattr(s, name) for name in ("reads", "skip")
+                if getattr(s, name) != "output"})
     train = Path(s.train)
     out.update(learning_rate=s.learning_rate, steps=steps, examples=source.examples,
                train_data=f"{train.name}, {train.stat().st_size} bytes")
