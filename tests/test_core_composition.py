@@ -51,6 +51,23 @@ def test_stack_applies_the_second_adapter_on_the_firsts_output(model, base):
     assert model.layernorm_sites["embeddings"].active == "b"
 
 
+def test_an_identity_adapter_stacked_with_its_layernorms_started_below_equals_the_one_below(
+        model, base):
+    """A stacked adapter runs with its own LayerNorm deltas; started at those of the adapter
+    below ("a", trained with its own), a fresh stack computes what "a" alone does."""
+    batch = encode(base.tokenizer, TEXTS[:3])
+    model.add_adapter("top", HoulsbyConfig(bottleneck=4, init_scale=0.0), SEQ)
+    with torch.no_grad():
+        model.activate("a")
+        below = model.encode(**batch)
+        model.activate(Stack("a", "top"))
+        fresh = model.encode(**batch)  # the base's LayerNorms under "a": not what "a" computes
+        model.start_layernorm_at("top", ["a"])
+        started = model.encode(**batch)
+    assert not torch.allclose(fresh, below, atol=1e-3)
+    assert torch.allclose(started, below, atol=1e-6, rtol=0)
+
+
 def test_a_fresh_fusion_of_one_adapter_equals_that_adapter(model, base):
     """V = identity and a softmax over a single output: the fusion passes it through."""
     batch = encode(base.tokenizer, TEXTS[:3])

@@ -143,18 +143,26 @@ class AdapterModel(nn.Module):
                 device=w.device, dtype=w.dtype)
         if train_layernorm:
             for site in self.layernorm_sites.values():
-                delta = site.add(name)
-                own = [site.deltas[n] for n in components if n in site.deltas]
-                with torch.no_grad():
-                    for pname in ("weight_delta", "bias_delta"):
-                        if own:
-                            getattr(delta, pname).copy_(
-                                torch.stack([getattr(d, pname) for d in own]).mean(0))
+                site.add(name)
+            self.start_layernorm_at(name, components)
         if head is not None:
             self.heads[name] = build_head(self.hidden_size, head).to(
                 device=self.encoder.get_input_embeddings().weight.device).train(self.training)
         self.infos[name] = AdapterInfo(block, head)
         return name
+
+    def start_layernorm_at(self, name: str, components: Iterable[str]) -> None:
+        """Set `name`'s LayerNorm deltas to the mean of `components`' (where they have any):
+        a fusion, or an adapter stacked on them, then starts from the LayerNorms its frozen
+        components were trained with, not from the base's."""
+        for site in self.layernorm_sites.values():
+            own = [site.deltas[n] for n in components if n in site.deltas]
+            if name not in site.deltas or not own:
+                continue
+            with torch.no_grad():
+                for pname in ("weight_delta", "bias_delta"):
+                    getattr(site.deltas[name], pname).copy_(
+                        torch.stack([getattr(d, pname) for d in own]).mean(0))
 
     def name_composition(self, name: str, block: Block) -> None:
         """Let `activate(name)` route through `block` (a Stack or Fuse of loaded adapters, its

@@ -98,7 +98,7 @@ def build(model, base_info, components: list[Component], compose: str, name: str
     Raises:
         BaseMismatchError: a component's base is not the loaded one; before its weights load.
     """
-    from hubcli.core.composition import Fuse, Stack
+    from hubcli.core.composition import Fuse, Stack, names_in
     from hubcli.local.attach import attach
 
     blocks = []
@@ -108,6 +108,9 @@ def build(model, base_info, components: list[Component], compose: str, name: str
                                              c.bundle.manifest["name"]))
     if compose == STACK:
         model.add_adapter(name, config, head)
+        # the stack runs with the new adapter's LayerNorms: start them at the ones the frozen
+        # adapters below were trained with, or those adapters start out of their element
+        model.start_layernorm_at(name, names_in(Stack(*blocks)))
         model.activate(Stack(*blocks, name))
         return name, None
     block = Fuse(*blocks)
