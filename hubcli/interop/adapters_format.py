@@ -55,7 +55,7 @@ class LibraryHead(NamedTuple):
 
     head_type: str           # its head_type
     task: str                # our task's name
-    layers: int              # its `layers`: Linear (+ tanh) before the last Linear
+    layers: int              # its `layers`: Linears in the head (2: dense, tanh, out)
     index: dict[str, str]    # its Linear's index in the head's Sequential -> our name
     num_labels: int | None   # its num_labels where our head fixes it, which then has no labels
 
