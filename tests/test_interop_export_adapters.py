@@ -1,5 +1,6 @@
 """`hub export --format adapters`: our Houlsby adapter (each form the library has: its
-double_seq_bn, seq_bn, par_bn) or LoRA as a folder the `adapters` library loads.
+double_seq_bn, seq_bn, par_bn) or LoRA, with a classification, regression, tagging or QA head,
+as a folder the `adapters` library loads.
 An imported adapter exports back to the library's own tensors; the library itself (when its
 venv is there: ADAPTERS_VENV, which .ci/run makes, else /tmp/anchor-venv) computes our logits
 from the export; LayerNorm deltas are refused unless dropped, and dropping them reports the
@@ -24,8 +25,9 @@ EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
 BASE = str(FIXTURES / "base")
 LIBRARY_PYTHON = Path(os.environ.get("ADAPTERS_VENV", "/tmp/anchor-venv")) / "bin" / "python"
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-# computes the library's logits for an exported folder on the fixture base
-LIBRARY_LOGITS = """
+# prints the library's outputs ({"logits"}, for QA {"start_logits", "end_logits"}) for an
+# exported folder on the fixture base
+LIBRARY_OUTPUTS = """
 import json, sys, torch
 from adapters import BertAdapterModel
 base, folder, batch = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
@@ -34,12 +36,32 @@ name = model.load_adapter(folder, use_safetensors=True)  # its loader reads .bin
 model.set_active_adapters(name)
 model.eval()
 with torch.no_grad():
-    print(json.dumps(model(**{k: torch.tensor(v) for k, v in batch.items()}).logits.tolist()))
+    output = model(**{k: torch.tensor(v) for k, v in batch.items()})
+print(json.dumps({k: v.tolist() for k, v in output.items() if k.endswith("logits")}))
 """
 
 
 def run(*args):
     return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def library_outputs(folder: Path, fixture: str) -> dict:
+    """What the library computes from `folder` on the inputs of `fixture`."""
+    import torch
+
+    batch = {k: EXPECTED[fixture][k] for k in INPUTS}
+    theirs = subprocess.run([LIBRARY_PYTHON, "-c", LIBRARY_OUTPUTS, BASE, folder,
+                             json.dumps(batch)], capture_output=True, text=True, check=True)
+    return {k: torch.tensor(v) for k, v in json.loads(theirs.stdout.splitlines()[-1]).items()}
+
+
+def as_our_logits(outputs: dict):
+    """The library's logits, or its QA start and end logits as our [..., 2]."""
+    import torch
+
+    if "start_logits" in outputs:
+        return torch.stack([outputs["start_logits"], outputs["end_logits"]], -1)
+    return outputs["logits"]
 
 
 def our_logits(adapter: Path, base: str):
@@ -52,7 +74,8 @@ def our_logits(adapter: Path, base: str):
         return predictor.model(*(torch.tensor(EXPECTED["houlsby_cls_bin"][k]) for k in INPUTS))
 
 
-@pytest.mark.parametrize("fixture", ["houlsby_cls_bin", "lora_cls", "seq_bn_cls", "seq_bn_tag_st"])
+@pytest.mark.parametrize("fixture", ["houlsby_cls_bin", "lora_cls", "seq_bn_cls", "seq_bn_tag_st",
+                                     "seq_bn_reg", "houlsby_qa"])
 def test_an_imported_adapter_exports_back_to_the_librarys_tensors(fixture, tmp_path):
     import torch
     from safetensors.torch import load_file
@@ -97,18 +120,42 @@ def test_the_adapters_library_computes_our_logits_from_the_export(architecture, 
     result = run("export", adapter, "--format", "adapters", "--out", out, "--base", BASE,
                  "--allow-unsigned")
     assert result.exit_code == 0, result.output
-    batch = {k: EXPECTED["houlsby_cls_bin"][k] for k in INPUTS}
-    theirs = subprocess.run([LIBRARY_PYTHON, "-c", LIBRARY_LOGITS, BASE, out, json.dumps(batch)],
-                            capture_output=True, text=True, check=True)
     import torch
 
-    torch.testing.assert_close(torch.tensor(json.loads(theirs.stdout.splitlines()[-1])),
+    torch.testing.assert_close(library_outputs(out, "houlsby_cls_bin")["logits"],
                                our_logits(adapter, BASE), atol=1e-4, rtol=0)
 
 
 @pytest.mark.skipif(not LIBRARY_PYTHON.exists(), reason="no venv with the adapters library")
-@pytest.mark.parametrize("fixture", ["par_bn_cls", "seq_bn_post_add_cls"])
-def test_an_imported_scaled_bottleneck_exports_to_the_librarys_own_logits(fixture, tmp_path):
+@pytest.mark.parametrize("task, head", [
+    ("regression", {"type": "regression", "num_outputs": 1, "labels": [], "pooling": "cls"}),
+    ("tagging", {"type": "token_classification", "num_outputs": 3, "labels": ["O", "B-X", "I-X"],
+                 "label_scheme": "IOB2"}),
+    ("qa", {"type": "question_answering", "num_outputs": 2, "labels": []})])
+def test_the_adapters_library_computes_our_heads_outputs_from_the_export(task, head, tmp_path):
+    from hubcli.base.hashing import content_hash
+
+    adapter = make_adapter_dir(
+        tmp_path / "ours", name="ours", seed=4, scale=0.3, task=task, head=head,
+        base_model={"content_hash": content_hash(Path(BASE))},
+        architecture={"layernorm": "frozen"})
+    out = tmp_path / "for-adapters"
+    result = run("export", adapter, "--format", "adapters", "--out", out, "--base", BASE,
+                 "--allow-unsigned")
+    assert result.exit_code == 0, result.output
+    import torch
+
+    theirs, ours = as_our_logits(library_outputs(out, "houlsby_cls_bin")), our_logits(adapter, BASE)
+    if ours.dim() == 3:  # per token: padded positions carry no prediction, compare the real ones
+        mask = torch.tensor(EXPECTED["houlsby_cls_bin"]["attention_mask"]).bool()
+        theirs, ours = theirs[mask], ours[mask]
+    torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=0)
+
+
+@pytest.mark.skipif(not LIBRARY_PYTHON.exists(), reason="no venv with the adapters library")
+@pytest.mark.parametrize("fixture", ["par_bn_cls", "seq_bn_post_add_cls", "seq_bn_reg",
+                                     "houlsby_qa", "houlsby_tag_st"])
+def test_an_imported_adapter_exports_to_the_librarys_own_outputs(fixture, tmp_path):
     import torch
 
     ours, back = tmp_path / "ours", tmp_path / "back"
@@ -116,12 +163,11 @@ def test_an_imported_scaled_bottleneck_exports_to_the_librarys_own_logits(fixtur
     result = run("export", ours, "--format", "adapters", "--out", back, "--base", BASE)
     assert result.exit_code == 0, result.output
     config = json.loads((back / "adapter_config.json").read_text())["config"]
-    assert config["scaling"] == 1.0  # folded into the up-projection
-    batch = {k: EXPECTED[fixture][k] for k in INPUTS}
-    theirs = subprocess.run([LIBRARY_PYTHON, "-c", LIBRARY_LOGITS, BASE, back, json.dumps(batch)],
-                            capture_output=True, text=True, check=True)
-    torch.testing.assert_close(torch.tensor(json.loads(theirs.stdout.splitlines()[-1])),
-                               torch.tensor(EXPECTED[fixture]["logits"]), atol=1e-4, rtol=0)
+    assert config["scaling"] == 1.0  # any scaling is folded into the up-projection
+    theirs = library_outputs(back, fixture)
+    assert theirs.keys() == {k for k in EXPECTED[fixture] if k.endswith("logits")}
+    for key, got in theirs.items():
+        torch.testing.assert_close(got, torch.tensor(EXPECTED[fixture][key]), atol=1e-4, rtol=0)
 
 
 def test_a_form_the_library_lacks_is_refused_naming_the_field(tmp_path, tiny_base_dir):

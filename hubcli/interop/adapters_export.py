@@ -6,11 +6,12 @@ The inverse of `adapters_import`: our bottleneck becomes its bottleneck of the s
 arithmetic and placement, scaling 1 (Houlsby's form its "double_seq_bn", `reads` normed its
 "seq_bn" with the `residual_before_ln` of our `skip`, `reads` input its "par_bn"; see
 `adapters_format.FORMS`), our classification head its classification head (CLS
-pooling, dense, tanh, out), our tagging head its tagging head; our LoRA its LoRA. LayerNorm
+pooling, dense, tanh, out), our regression head the same with num_labels 1, our tagging head
+its tagging head, our QA head its question_answering head; our LoRA its LoRA. LayerNorm
 deltas have no place in that format: refused unless dropped on purpose; then, given labelled
 data, the change in the primary metric is measured. What it cannot express (mean pooling,
-regression and QA heads, fusions, other model types, a `reads`/`skip` form it has no
-counterpart for) is refused, naming it.
+fusions, other model types, a `reads`/`skip` form it has no counterpart for) is refused,
+naming it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from hubcli import __version__
 from hubcli.errors import AdapterError, UsageError
 from hubcli.interop.adapters_format import (ACTIVATIONS, ADAPTER_CONFIG, ADAPTER_WEIGHTS,
                                             FORMS, HEAD_CONFIG, HEAD_WEIGHTS, HEADS,
-                                            LORA_MATRICES, LORA_REQUIRED, MODEL_CLASS,
+                                            LibraryHead, LORA_MATRICES, LORA_REQUIRED, MODEL_CLASS,
                                             PLACEMENTS, REQUIRED, WEIGHT_PREFIX)
 
 _LIBRARY_ACTIVATION = {ours: theirs for theirs, ours in ACTIVATIONS.items() if theirs != "silu"}
@@ -59,7 +60,7 @@ def export_adapters(adapter_dir: Path, out: Path, *, drop_layernorm_deltas: bool
     if is_finetune_dir(Path(adapter_dir)):
         raise AdapterError(f"{adapter_dir} is a full fine-tune, not an adapter")
     m = manifest_io.read(Path(adapter_dir))  # refuse what cannot go before loading anything
-    kind, adapter_cfg = _check(m)
+    library_head, adapter_cfg = _check(m)
     has_deltas = m["architecture"].get("layernorm") == "delta"
     if has_deltas and not drop_layernorm_deltas:
         raise UsageError("the adapter trains LayerNorm deltas, which the adapters library's "
@@ -73,12 +74,12 @@ def export_adapters(adapter_dir: Path, out: Path, *, drop_layernorm_deltas: bool
     report = ExportReport(Path(out), dropped_layernorm=has_deltas)
     if has_deltas and data is not None:
         _measure(predictor, data, report)
-    _write(Path(out), m, kind, adapter_cfg, tensors)
+    _write(Path(out), m, library_head, adapter_cfg, tensors)
     return report
 
 
-def _check(m: dict) -> tuple[str, dict]:
-    """(the library's head kind, its adapter config) for our manifest, or the refusal."""
+def _check(m: dict) -> tuple[LibraryHead, dict]:
+    """(the library's head, its adapter config) for our manifest, or the refusal."""
     arch, head = m["architecture"], m["head"]
     if m.get("requires"):
         names = ", ".join(f"{r['name']} {r['version']}" for r in m["requires"])
@@ -88,17 +89,14 @@ def _check(m: dict) -> tuple[str, dict]:
     if m["base_model"]["model_type"] != "bert":
         raise AdapterError(f"base_model.model_type={m['base_model']['model_type']!r}: only BERT "
                            "bases are exported")
-    kind = next((k for k, v in HEADS.items() if v[1] == head["type"]), None)
-    if kind is None:
-        raise AdapterError(f"head.type={head['type']!r} has no counterpart in the adapters "
-                           f"library's heads we map", hint=f"supported: {', '.join(HEADS)}")
-    if kind == "classification" and head.get("pooling") != "cls":
+    library_head = HEADS[head["type"]]  # each of our head types has its counterpart
+    if library_head.head_type == "classification" and head.get("pooling") != "cls":
         raise AdapterError(f"head.pooling={head.get('pooling')!r}: the adapters library's "
                            "classification head reads the first token only",
                            hint="train with --pooling cls to export")
     leave_out = [i for i in range(m["base_model"]["num_layers"]) if i not in arch["layers"]]
     if arch["type"] == "lora":
-        return kind, {**LORA_REQUIRED, "architecture": "lora", "r": arch["rank"],
+        return library_head, {**LORA_REQUIRED, "architecture": "lora", "r": arch["rank"],
                       "alpha": arch["alpha"], "dropout": 0.0, "init_weights": "lora",
                       "attn_matrices": [_MATRIX[p] for p in arch["placement"]],
                       "leave_out": leave_out}
@@ -112,7 +110,7 @@ def _check(m: dict) -> tuple[str, dict]:
         raise AdapterError(f"architecture.reads={form[0]!r} with skip={form[1]!r} has no "
                            "counterpart in the adapters library's bottlenecks",
                            hint=f"exported: {', '.join(f'{r}/{k}' for r, k in FORMS)}")
-    return kind, {**REQUIRED, **FORMS[form], "adapter_residual_before_ln": False,
+    return library_head, {**REQUIRED, **FORMS[form], "adapter_residual_before_ln": False,
                   "scaling": 1.0, "dropout": 0.0, "init_weights": "bert",
                   "reduction_factor": factor,
                   "non_linearity": _LIBRARY_ACTIVATION[arch["non_linearity"]],
@@ -134,7 +132,7 @@ def _measure(predictor, data: Path, report: ExportReport) -> None:
     report.without_deltas = predictor.evaluate(examples)[report.metric]
 
 
-def _write(out: Path, m: dict, kind: str, adapter_cfg: dict, tensors: dict) -> None:
+def _write(out: Path, m: dict, library_head: LibraryHead, adapter_cfg: dict, tensors: dict) -> None:
     from safetensors.torch import save_file
 
     from hubcli.fsutil import staged_dir
@@ -143,11 +141,15 @@ def _write(out: Path, m: dict, kind: str, adapter_cfg: dict, tensors: dict) -> N
     envelope = {"hidden_size": m["base_model"]["hidden_size"], "model_class": MODEL_CLASS,
                 "model_name": m["base_model"]["name"], "model_type": m["base_model"]["model_type"],
                 "name": name, "version": f"hubcli.{__version__}"}
-    head_cfg = {"head_type": kind, "num_labels": head["num_outputs"], "layers": HEADS[kind][2],
-                "activation_function": "tanh" if kind == "classification" else None,
-                "label2id": {label: i for i, label in enumerate(head["labels"])},
-                "use_pooler": False, "bias": True, "dropout_prob": None}
-    index = {ours: theirs for theirs, ours in HEADS[kind][3].items()}
+    # the keyword arguments of its head's class, which its loader passes them to
+    head_cfg = {"head_type": library_head.head_type, "num_labels": head["num_outputs"],
+                "layers": library_head.layers,
+                "activation_function": "tanh" if library_head.layers > 1 else None,
+                "label2id": {label: i for i, label in enumerate(head["labels"])} or None,
+                "dropout_prob": None}
+    if library_head.head_type == "classification":
+        head_cfg.update(use_pooler=False, bias=True)
+    index = {ours: theirs for theirs, ours in library_head.index.items()}
     adapter_t, head_t = {}, {}
     for key, t in tensors.items():
         parts = key.split(".")

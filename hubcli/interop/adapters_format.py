@@ -15,6 +15,7 @@ which are our Houlsby method's `reads`/`skip` forms in FORMS.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 ADAPTER_CONFIG, HEAD_CONFIG = "adapter_config.json", "head_config.json"
 ADAPTER_WEIGHTS = ("adapter.safetensors", "pytorch_adapter.bin")
@@ -46,9 +47,28 @@ LORA_REQUIRED = {"selfattn_lora": True, "intermediate_lora": False, "output_lora
                  "composition_mode": "add", "use_gating": False, "use_dora": False,
                  "vera_d": None, "vera_b": None}
 LORA_MATRICES = {"q": "query", "v": "value"}
-# (task, our head type, the library's layers, {its Linear's index: our name})
-HEADS = {"classification": ("classification", "sequence_classification", 2,
-                            {"1": "dense", "4": "out"}),
-         "tagging": ("tagging", "token_classification", 1, {"1": "out"})}
+
+
+class LibraryHead(NamedTuple):
+    """The library's head that computes what one of ours does (eval: its dropouts are
+    identity), with `bias` true and, where `layers` is 2, `activation_function` "tanh"."""
+
+    head_type: str           # its head_type
+    task: str                # our task's name
+    layers: int              # its `layers`: Linears in the head (2: dense, tanh, out)
+    index: dict[str, str]    # its Linear's index in the head's Sequential -> our name
+    num_labels: int | None   # its num_labels where our head fixes it, which then has no labels
+
+
+_SEQUENCE, _TOKEN = {"1": "dense", "4": "out"}, {"1": "out"}
+# our head type -> the library's. Its classification head reads the first token, then
+# dense, tanh, out, as our SequenceHead with pooling cls; with num_labels 1 it is its regression
+# (MSE loss). Its QA head is one Linear per token whose outputs split into [start, end], the
+# order of our QA task's two channels.
+HEADS = {"sequence_classification": LibraryHead("classification", "classification", 2, _SEQUENCE,
+                                                None),
+         "regression": LibraryHead("classification", "regression", 2, _SEQUENCE, 1),
+         "token_classification": LibraryHead("tagging", "tagging", 1, _TOKEN, None),
+         "question_answering": LibraryHead("question_answering", "qa", 1, _TOKEN, 2)}
 # the model class and weight prefix its BertAdapterModel saves under
 MODEL_CLASS, WEIGHT_PREFIX = "BertAdapterModel", "bert."

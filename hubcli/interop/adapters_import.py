@@ -14,10 +14,14 @@ residual add and LayerNorm) with `reads` normed and `skip` by its `residual_befo
 output, false: normed, "post_add": sum); "par_bn" (`is_parallel`: reads the sublayer's input)
 with `reads` input. `scaling` (a number) is folded into the up-projection;
 `mh_adapter`/`output_adapter` are our placements, `leave_out` the layers left out, swish is
-silu. Its LoRA on q and v is our LoRA ((alpha / r) B A x in both). What our methods cannot
-compute the same (`original_ln_after` false, adapter LayerNorms, gating, PHM, invertible
-adapters, learned scaling, LoRA on k or the feed-forward, DoRA, VeRA) is refused naming the
-field.
+silu. Its LoRA on q and v is our LoRA ((alpha / r) B A x in both). Its heads
+(`adapters_format.HEADS`): classification (first token, dense, tanh, out) is our sequence
+classification head with CLS pooling, or with num_labels 1 (STS-B's) our regression head;
+tagging is our tagging head; question_answering (one Linear, [start, end] per token) is our QA
+head. What our methods and heads cannot compute the same (`original_ln_after` false, adapter
+LayerNorms, gating, PHM, invertible adapters, learned scaling, LoRA on k or the feed-forward,
+DoRA, VeRA; head layers other than theirs by default, another activation, `use_pooler`, no
+bias, multi-label, multiple-choice and other head types) is refused naming the field.
 """
 
 from __future__ import annotations
@@ -213,7 +217,8 @@ def _form(cfg: dict) -> tuple[str, str]:
 
 
 def head_config(doc: dict):
-    """(our task name, HeadConfig) for a head_config.json.
+    """(our task name, HeadConfig) for a head_config.json: its classification head (with
+    num_labels 1: regression), tagging head or question-answering head.
 
     Raises:
         AdapterError: a head type or setting we have no head for, named.
@@ -221,21 +226,42 @@ def head_config(doc: dict):
     from hubcli.core.heads import HeadConfig
 
     cfg = doc.get("config") or {}
-    kind = cfg.get("head_type")
-    if kind not in HEADS:
-        raise _unsupported("head_type", kind, f"supported: {', '.join(HEADS)}", HEAD_CONFIG)
-    task, head_type, layers, _ = HEADS[kind]
-    if cfg.get("layers", layers) != layers:
-        raise _unsupported("layers", cfg["layers"], f"a {kind} head has {layers}", HEAD_CONFIG)
-    if kind == "classification":
-        for key, wanted in (("activation_function", "tanh"), ("use_pooler", False),
-                            ("bias", True)):
-            if cfg.get(key, wanted) != wanted:
-                raise _unsupported(key, cfg[key], f"our head needs {wanted!r}", HEAD_CONFIG)
-    by_id = sorted((int(i), label) for label, i in (cfg.get("label2id") or {}).items())
-    labels = tuple(label for _, label in by_id) or tuple(str(i) for i in range(cfg["num_labels"]))
-    return task, HeadConfig(type=head_type, num_outputs=int(cfg["num_labels"]), labels=labels,
-                            pooling="cls")
+    head_type = _our_head_type(cfg.get("head_type"), cfg.get("num_labels"))
+    library_head = HEADS[head_type]
+    required = {"layers": library_head.layers, "use_pooler": False, "bias": True}
+    if library_head.layers > 1:  # a single Linear has no activation
+        required["activation_function"] = "tanh"
+    for key, wanted in required.items():
+        if cfg.get(key, wanted) != wanted:
+            raise _unsupported(key, cfg[key], f"our {head_type} head needs {json.dumps(wanted)}",
+                               HEAD_CONFIG)
+    labels: tuple[str, ...] = ()
+    # regression and QA outputs are no labels (the library names them LABEL_i all the same)
+    if library_head.num_labels is None:
+        by_id = sorted((int(i), label) for label, i in (cfg.get("label2id") or {}).items())
+        labels = tuple(label for _, label in by_id) or tuple(
+            str(i) for i in range(cfg["num_labels"]))
+    head = HeadConfig(type=head_type, num_outputs=int(cfg["num_labels"]), labels=labels,
+                      pooling="cls")
+    return library_head.task, head
+
+
+def _our_head_type(kind: Any, num_labels: Any) -> str:
+    """Our head type for the library's head_type and num_labels.
+
+    Raises:
+        AdapterError: a head type we have no head for, or a num_labels that ours fixes.
+    """
+    candidates = {ours: h for ours, h in HEADS.items() if h.head_type == kind}
+    if not candidates:
+        supported = ", ".join(dict.fromkeys(h.head_type for h in HEADS.values()))
+        raise _unsupported("head_type", kind, f"supported: {supported}", HEAD_CONFIG)
+    for wanted in (num_labels, None):  # a head fixing num_labels before one that does not
+        for ours, h in candidates.items():
+            if h.num_labels == wanted:
+                return ours
+    fixed = next(iter(candidates.values())).num_labels
+    raise _unsupported("num_labels", num_labels, f"a {kind} head has {fixed}", HEAD_CONFIG)
 
 
 def adapter_tensors(raw: dict, scaling: float) -> dict:
@@ -268,7 +294,7 @@ def head_tensors(raw: dict, head_type: str) -> dict:
     Raises:
         AdapterError: a head tensor at an index our head does not have (named).
     """
-    index = next(v[3] for v in HEADS.values() if v[1] == head_type)
+    index = HEADS[head_type].index
     out = {}
     for key, t in raw.items():
         parts = key.split(".")

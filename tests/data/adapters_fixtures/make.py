@@ -17,7 +17,12 @@ Writes, next to this script:
   seq_bn_post_add_cls/     seq_bn with gelu, residual_before_ln "post_add", scaling 2.0
   par_bn_cls/              par_bn (He et al.: the library's defaults, relu, reduction 2,
                            scaling 4.0)
+  seq_bn_reg/              seq_bn, a regression head (`add_classification_head` with
+                           num_labels=1, as for STS-B)
+  houlsby_qa/              double_seq_bn, a question-answering head (`add_qa_head`), run on
+                           question/context pairs
   expected.json            per fixture: the library's version, input ids, attention mask, logits
+                           (QA: its start_logits and end_logits)
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ HERE = Path(__file__).parent
 WORDS = ("a fine film dull plot great acting bad good movie the was and not very story "
          "boring loved it hated fun slow london paris alice bob met in visited").split()
 TEXTS = ["a fine film", "the plot was very dull and slow", "alice visited paris"]
+# QA: (question, context); "who" and "where" are not in the vocab, so [UNK]
+PAIRS = [("who visited paris", "alice visited paris"),
+         ("where was bob", "bob met alice in london and visited paris"), ("who met bob", "alice")]
 
 
 def make_base(out: Path) -> BertTokenizerFast:
@@ -66,6 +74,10 @@ def make_fixture(base: Path, tok, name: str, config, head: str, safetensors: boo
     model.add_adapter(name, config=config)
     if head == "classification":
         model.add_classification_head(name, num_labels=2, id2label={0: "negative", 1: "positive"})
+    elif head == "regression":
+        model.add_classification_head(name, num_labels=1)
+    elif head == "qa":
+        model.add_qa_head(name)
     else:
         model.add_tagging_head(name, num_labels=3, id2label={0: "O", 1: "B-LOC", 2: "B-PER"})
     model.set_active_adapters(name)
@@ -74,13 +86,17 @@ def make_fixture(base: Path, tok, name: str, config, head: str, safetensors: boo
     out = Path(name)
     shutil.rmtree(out, ignore_errors=True)
     model.save_adapter(str(out), name, use_safetensors=safetensors)
-    batch = tok(TEXTS, padding=True, return_tensors="pt")
+    texts = PAIRS if head == "qa" else TEXTS
+    batch = tok(*zip(*texts) if head == "qa" else (TEXTS,), padding=True, return_tensors="pt")
     with torch.no_grad():
-        logits = model(**batch).logits
-    return {"adapters_version": adapters.__version__, "texts": TEXTS,
+        output = model(**batch)
+    logits = ({"start_logits": output.start_logits.tolist(),
+               "end_logits": output.end_logits.tolist()} if head == "qa"
+              else {"logits": output.logits.tolist()})
+    return {"adapters_version": adapters.__version__, "texts": texts,
             "input_ids": batch["input_ids"].tolist(),
             "attention_mask": batch["attention_mask"].tolist(),
-            "token_type_ids": batch["token_type_ids"].tolist(), "logits": logits.tolist()}
+            "token_type_ids": batch["token_type_ids"].tolist(), **logits}
 
 
 def main() -> None:
@@ -110,6 +126,10 @@ def main() -> None:
             "classification", safetensors=True, seed=6),
         "par_bn_cls": make_fixture(base, tok, "par_bn_cls", ParBnConfig(), "classification",
                                    safetensors=True, seed=7),
+        "seq_bn_reg": make_fixture(base, tok, "seq_bn_reg", SeqBnConfig(), "regression",
+                                   safetensors=True, seed=8),
+        "houlsby_qa": make_fixture(base, tok, "houlsby_qa", DoubleSeqBnConfig(), "qa",
+                                   safetensors=True, seed=9),
     }
     Path("expected.json").write_text(json.dumps(expected, indent=1) + "\n")
 
