@@ -74,6 +74,16 @@ def our_logits(adapter: Path, base: str):
         return predictor.model(*(torch.tensor(EXPECTED["houlsby_cls_bin"][k]) for k in INPUTS))
 
 
+def imported_and_exported(fixture: str, tmp_path) -> Path:
+    """The library's `fixture` imported by `hub import`, then written back by `hub export
+    --format adapters`: the exported folder."""
+    ours, back = tmp_path / "ours", tmp_path / "back"
+    assert run("import", FIXTURES / fixture, "--out", ours, "--base", BASE).exit_code == 0
+    result = run("export", ours, "--format", "adapters", "--out", back, "--base", BASE)
+    assert result.exit_code == 0, result.output
+    return back
+
+
 @pytest.mark.parametrize("fixture", ["houlsby_cls_bin", "lora_cls", "seq_bn_cls", "seq_bn_tag_st",
                                      "seq_bn_reg", "houlsby_qa"])
 def test_an_imported_adapter_exports_back_to_the_librarys_tensors(fixture, tmp_path):
@@ -82,10 +92,7 @@ def test_an_imported_adapter_exports_back_to_the_librarys_tensors(fixture, tmp_p
 
     from hubcli.interop.adapters_import import read_library_weights
 
-    ours, back = tmp_path / "ours", tmp_path / "back"
-    assert run("import", FIXTURES / fixture, "--out", ours, "--base", BASE).exit_code == 0
-    result = run("export", ours, "--format", "adapters", "--out", back, "--base", BASE)
-    assert result.exit_code == 0, result.output
+    back = imported_and_exported(fixture, tmp_path)
     for exported, originals in (("adapter.safetensors", ADAPTER_WEIGHTS),
                                 ("model_head.safetensors", HEAD_WEIGHTS)):
         got = load_file(str(back / exported))
@@ -158,10 +165,7 @@ def test_the_adapters_library_computes_our_heads_outputs_from_the_export(task, h
 def test_an_imported_adapter_exports_to_the_librarys_own_outputs(fixture, tmp_path):
     import torch
 
-    ours, back = tmp_path / "ours", tmp_path / "back"
-    assert run("import", FIXTURES / fixture, "--out", ours, "--base", BASE).exit_code == 0
-    result = run("export", ours, "--format", "adapters", "--out", back, "--base", BASE)
-    assert result.exit_code == 0, result.output
+    back = imported_and_exported(fixture, tmp_path)
     config = json.loads((back / "adapter_config.json").read_text())["config"]
     assert config["scaling"] == 1.0  # any scaling is folded into the up-projection
     theirs = library_outputs(back, fixture)

@@ -126,14 +126,20 @@ def test_an_imported_qa_head_answers_with_the_librarys_best_span(tmp_path):
      "false"),
     ({"bias": False}, "bias=false cannot be reproduced: our regression head needs true")])
 def test_a_head_setting_ours_cannot_compute_is_refused_naming_it(changes, first, tmp_path):
+    assert_refused("seq_bn_reg", "head_config.json", changes, first, tmp_path)
+
+
+def assert_refused(fixture: str, config_file: str, changes: dict, first: str, tmp_path) -> None:
+    """Importing `fixture` with `changes` in its `config_file`'s config fails with the one
+    line `first` (after the file's name) and writes nothing."""
     src = tmp_path / "variant"
-    shutil.copytree(FIXTURES / "seq_bn_reg", src)
-    doc = json.loads((src / "head_config.json").read_text())
+    shutil.copytree(FIXTURES / fixture, src)
+    doc = json.loads((src / config_file).read_text())
     doc["config"].update(changes)
-    (src / "head_config.json").write_text(json.dumps(doc))
+    (src / config_file).write_text(json.dumps(doc))
     result = run("import", src, "--out", tmp_path / "x", "--base", BASE)
     assert result.exit_code == 1
-    assert result.output.splitlines()[0] == f"error: head_config.json: {first}"
+    assert result.output.splitlines()[0] == f"error: {config_file}: {first}"
     assert not (tmp_path / "x").exists()
 
 
@@ -149,15 +155,7 @@ def test_a_head_setting_ours_cannot_compute_is_refused_naming_it(changes, first,
      '"post_add" with original_ln_before true'),
 ])
 def test_a_bottleneck_field_ours_cannot_reproduce_is_refused_naming_it(changes, first, tmp_path):
-    src = tmp_path / "variant"
-    shutil.copytree(FIXTURES / "seq_bn_cls", src)
-    doc = json.loads((src / "adapter_config.json").read_text())
-    doc["config"].update(changes)
-    (src / "adapter_config.json").write_text(json.dumps(doc))
-    result = run("import", src, "--out", tmp_path / "x", "--base", BASE)
-    assert result.exit_code == 1
-    assert result.output.splitlines()[0] == f"error: adapter_config.json: {first}"
-    assert not (tmp_path / "x").exists()
+    assert_refused("seq_bn_cls", "adapter_config.json", changes, first, tmp_path)
 
 
 @pytest.mark.parametrize("fixture, reads, skip", [
