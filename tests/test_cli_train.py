@@ -128,6 +128,7 @@ def test_tagging_predicts_entity_spans_with_offsets(tiny_base_dir, tmp_path):
     assert result.exit_code == 0, result.output
     m = manifest_io.read(out)
     assert m["task"] == "tagging" and "B-PER" in m["head"]["labels"]
+    assert m["head"]["label_scheme"] == "IOB1"  # predict decodes in this scheme's lattice
     assert set(m["metrics"]["validation"][0]) >= {"precision", "recall", "f1"}
     text = "Angela Merkel visited Paris ."
     pred = run("predict", out, "--json", input=text + "\n")

@@ -254,7 +254,8 @@ class _Run:
         self.own = self.name  # the name its tensors are under (a fusion's: Fuse(a, b, ...))
         self.components, self.fusion_arch = components or [], None
         self.head = HeadConfig(task.head_type, task.num_outputs(labels), tuple(labels),
-                               pooling=s.pooling, dropout=head_dropout(base.encoder.config))
+                               pooling=s.pooling, dropout=head_dropout(base.encoder.config),
+                               label_scheme=task.label_scheme)
         if s.full_finetune:
             self.model = FullFinetuneModel(base.encoder, self.head)
             self.params = [p for p in self.model.parameters() if p.requires_grad]
