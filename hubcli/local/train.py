@@ -38,7 +38,7 @@ class TrainSettings:
     method: str = "houlsby"  # or "lora" (hubcli/core/config.py)
     bottleneck: int = 64
     layers: tuple[int, ...] | None = None
-    init_scale: float = 1e-3
+    init_scale: float | None = None  # None: the task's (Task.adapter_init_scale)
     rank: int = 8  # lora only
     alpha: float = 16.0  # lora only
     lr: float | None = None
@@ -263,7 +263,8 @@ class _Run:
             self.config = (LoraConfig(rank=s.rank, alpha=s.alpha, layers=s.layers)
                            if s.method == "lora" else
                            HoulsbyConfig(bottleneck=s.bottleneck, layers=s.layers,
-                                         init_scale=s.init_scale))
+                                         init_scale=task.adapter_init_scale
+                                         if s.init_scale is None else s.init_scale))
             self.model = AdapterModel(base.encoder)
             if self.components:
                 from hubcli.local.fuse import build

@@ -63,6 +63,9 @@ class Task(ABC):
     # The scheme the head's labels are in (tagging: IOB1), recorded in the manifest's head and
     # read back by get_task(); decoding keeps to it. None: no scheme, or none recorded.
     label_scheme: str | None = None
+    # Std of a fresh Houlsby adapter's weights (`hub train --init-scale` overrides): near zero,
+    # so training starts from the frozen base's own outputs.
+    adapter_init_scale: float = 1e-3
 
     def __init__(self) -> None:
         # Set by encode() from the tokenizer, so collate() can pad without being handed it.
