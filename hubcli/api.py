@@ -134,7 +134,7 @@ class AdapterHub:
     def _task(self, manifest: dict):
         from hubcli.tasks import get_task
 
-        return get_task(manifest["task"])
+        return get_task(manifest["task"], manifest.get("head"))
 
     def _group(self, name: str, texts: list[str], positions) -> RowGroup:
         from hubcli.local.inference import RowGroup

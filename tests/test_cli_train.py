@@ -51,6 +51,7 @@ def test_train_writes_a_valid_adapter_directory(trained):
     assert m["name"] == "sst-adapter" and m["version"] == "0.1.0"
     assert m["head"]["labels"] == ["negative", "positive"]
     assert m["architecture"]["bottleneck"] == 8 and m["architecture"]["layers"] == [0, 1]
+    assert m["architecture"]["init_scale"] == 1e-3  # tagging's default is larger (below)
     d, mm = 32, 8
     adapters = 2 * 2 * (2 * mm * d + d + mm)
     assert m["parameters"]["adapters"] == adapters == summary["parameters"]["adapters"]
@@ -128,6 +129,9 @@ def test_tagging_predicts_entity_spans_with_offsets(tiny_base_dir, tmp_path):
     assert result.exit_code == 0, result.output
     m = manifest_io.read(out)
     assert m["task"] == "tagging" and "B-PER" in m["head"]["labels"]
+    assert m["head"]["label_scheme"] == "IOB1"  # predict decodes in this scheme's lattice
+    # tagging's adapters start at BERT's init scale: from 1e-3 they learnt too slowly
+    assert m["architecture"]["init_scale"] == 2e-2
     assert set(m["metrics"]["validation"][0]) >= {"precision", "recall", "f1"}
     text = "Angela Merkel visited Paris ."
     pred = run("predict", out, "--json", input=text + "\n")

@@ -128,8 +128,8 @@ def test_decode_character_offsets_of_raw_input(tokenizer, tag):
     assert example.words == ("Anna", "lives", "in", "New", "York.")
     [feature] = tag.encode([example], tokenizer, LABELS, 32, with_targets=False)
     assert "labels" not in feature
-    # tokens: [CLS] anna lives in new york . [SEP]
-    per_token = [0, 2, 0, 0, 1, 3, 3, 0]
+    # tokens: [CLS] anna lives in new york . [SEP]; IOB1, as the model learns: I-PER O O I-LOC I-LOC
+    per_token = [0, 4, 0, 0, 3, 3, 3, 0]
     [prediction] = tag.decode([torch.tensor(one_hot(per_token))], [feature], [example], LABELS)
     assert prediction["tags"] == ["B-PER", "O", "O", "B-LOC", "I-LOC"]
     entities = [(e["text"], e["type"], e["start"], e["end"]) for e in prediction["entities"]]
@@ -203,3 +203,37 @@ def test_iob2_and_iob1_files_are_learnt_alike(tokenizer, tag):
     # B- survives only where an entity directly follows one of its type (Carl after Anna Berg).
     assert [LABELS[i] for i in a["labels"] if i != IGNORE_INDEX] == [
         "I-PER", "I-PER", "B-PER", "O", "I-LOC"]
+
+
+def test_decode_keeps_to_the_iob1_lattice_and_greedy_without_a_recorded_scheme(tokenizer, tag):
+    example = tag.parse_input("Anna visited Oslo")
+    [feature] = tag.encode([example], tokenizer, LABELS, 32, with_targets=False)
+    # tokens: [CLS] anna visited oslo [SEP]; "visited" is most likely B-PER, which IOB1 does
+    # not allow after O, and hardly I-PER; "oslo" I-LOC
+    logits = np.log(np.array([[0.2] * 5,
+                              [0.70, 0.05, 0.05, 0.05, 0.15],
+                              [0.35, 0.05, 0.40, 0.15, 0.05],
+                              [0.05, 0.05, 0.05, 0.80, 0.05],
+                              [0.2] * 5]))
+    # best valid: O O I-LOC (0.7 * 0.35 * 0.8) over O I-LOC I-LOC (0.7 * 0.15 * 0.8)
+    [prediction] = tag.decode([logits], [feature], [example], LABELS)
+    assert tag.label_scheme == "IOB1"
+    assert prediction["tags"] == ["O", "O", "B-LOC"]
+    assert [(e["text"], e["score"]) for e in prediction["entities"]] == [
+        ("Oslo", pytest.approx(0.8))]
+    greedy = get_task("tagging", {"type": "token_classification", "labels": LABELS})
+    assert greedy.label_scheme is None  # an imported or older head: no scheme recorded
+    [prediction] = greedy.decode([logits], [feature], [example], LABELS)
+    assert prediction["tags"] == ["O", "B-PER", "B-LOC"]
+    assert [(e["text"], e["score"]) for e in prediction["entities"]] == [
+        ("visited", pytest.approx(0.4)), ("Oslo", pytest.approx(0.8))]
+
+
+def test_head_records_the_scheme_it_learnt_in():
+    from hubcli.core.heads import HeadConfig
+
+    head = HeadConfig("token_classification", 5, tuple(LABELS), label_scheme="IOB1")
+    assert head.to_manifest()["label_scheme"] == "IOB1"
+    assert HeadConfig.from_manifest(head.to_manifest()) == head
+    assert get_task("tagging", head.to_manifest()).label_scheme == "IOB1"
+    assert "label_scheme" not in HeadConfig("sequence_classification", 2).to_manifest()

@@ -122,7 +122,8 @@ def training_data_options(f):
               show_default=True, help="lora: updates are scaled by alpha / rank")
 @click.option("--layers", help="layers that get adapters: all, 0-5, 0,2,4", default="all",
               show_default=True)
-@click.option("--init-scale", type=float, default=1e-3, show_default=True)
+@click.option("--init-scale", type=float,
+              help="houlsby: std of the adapters' initial weights [default: 1e-3, tagging 2e-2]")
 @click.option("--lr", type=float, help="learning rate [default: 1e-3, full fine-tune 5e-5]")
 @click.option("--epochs", type=click.IntRange(min=1),
               help="[default: 3, more on small data: enough for ~500 steps, at most 20]")

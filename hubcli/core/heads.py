@@ -20,6 +20,8 @@ class HeadConfig:
     pooling: str = field(default="mean", metadata={
         "help": "sequence heads: mean over tokens, or the first ([CLS]) token"})
     dropout: float = 0.1
+    label_scheme: str | None = field(default=None, metadata={
+        "help": "token heads: the tagging scheme the labels were learnt in (IOB1)"})
 
     def __post_init__(self) -> None:
         if self.type not in HEAD_TYPES:
@@ -29,12 +31,15 @@ class HeadConfig:
         out = {"type": self.type, "num_outputs": self.num_outputs, "labels": list(self.labels)}
         if self.type in ("sequence_classification", "regression"):
             out["pooling"] = self.pooling
+        if self.label_scheme is not None:
+            out["label_scheme"] = self.label_scheme
         return out
 
     @classmethod
     def from_manifest(cls, head: dict) -> HeadConfig:
         return cls(type=head["type"], num_outputs=int(head["num_outputs"]),
-                   labels=tuple(head.get("labels", ())), pooling=head.get("pooling", "mean"))
+                   labels=tuple(head.get("labels", ())), pooling=head.get("pooling", "mean"),
+                   label_scheme=head.get("label_scheme"))
 
 
 class SequenceHead(nn.Module):

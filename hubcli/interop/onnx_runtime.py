@@ -81,7 +81,7 @@ def load_onnx(path: Path, *, base: str | None = None, threads: int | None = None
     meta = json.loads(raw)
     from hubcli.tasks import get_task
 
-    return OnnxPredictor(session, _tokenizer(meta["base"], base), get_task(meta["task"]),
+    return OnnxPredictor(session, _tokenizer(meta["base"], base), get_task(meta["task"], meta["head"]),
                          list(meta["head"]["labels"]), int(meta["max_length"]), meta)
 
 

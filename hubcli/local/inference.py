@@ -179,7 +179,8 @@ def _load(path: Path, base: str | None, allow_base_mismatch: bool, allow_unsigne
 
     if is_finetune_dir(path):
         model, tokenizer, doc = load_finetune_dir(path)
-        return Predictor(model, tokenizer, get_task(doc["task"]), list(doc["head"].get("labels", ())),
+        return Predictor(model, tokenizer, get_task(doc["task"], doc["head"]),
+                         list(doc["head"].get("labels", ())),
                          int(doc["training"].get("max_length", DEFAULT_MAX_LENGTH)), None, path)
     from hubcli.local.attach import attach_to_fresh_base, verify_adapter
 
@@ -187,7 +188,7 @@ def _load(path: Path, base: str | None, allow_base_mismatch: bool, allow_unsigne
     model, loaded = attach_to_fresh_base(bundle, base=base,
                                          allow_base_mismatch=allow_base_mismatch, notify=notify)
     manifest = bundle.manifest
-    return Predictor(model, loaded.tokenizer, get_task(manifest["task"]),
+    return Predictor(model, loaded.tokenizer, get_task(manifest["task"], manifest["head"]),
                      list(manifest["head"]["labels"]),
                      int(manifest["training"].get("max_length", DEFAULT_MAX_LENGTH)), manifest, path)
 

@@ -26,9 +26,9 @@ def check_settings(s: TrainSettings) -> None:
     if s.lr is not None and not (math.isfinite(s.lr) and s.lr > 0):
         raise OptionError("--lr", s.lr, "the learning rate must be a positive number",
                           hint="leave it out for the default (1e-3; full fine-tune 5e-5)")
-    if not (math.isfinite(s.init_scale) and s.init_scale >= 0):
+    if s.init_scale is not None and not (math.isfinite(s.init_scale) and s.init_scale >= 0):
         raise OptionError("--init-scale", s.init_scale, "must be a number >= 0 (a standard deviation)",
-                          hint="leave it out for the default (1e-3)")
+                          hint="leave it out for the default (1e-3; tagging 2e-2)")
     if not VERSION.match(s.version):
         raise OptionError("--version", repr(s.version), "is not a semantic version",
                           hint="use MAJOR.MINOR.PATCH, e.g. 0.1.0 or 1.2.0-rc.1")

@@ -40,7 +40,7 @@ class TrainSettings:
     reads: str = "output"  # houlsby only: its form (hubcli/core/config.py)
     skip: str = "output"
     layers: tuple[int, ...] | None = None
-    init_scale: float = 1e-3
+    init_scale: float | None = None  # None: the task's (Task.adapter_init_scale)
     rank: int = 8  # lora only
     alpha: float = 16.0  # lora only
     lr: float | None = None
@@ -256,7 +256,8 @@ class _Run:
         self.own = self.name  # the name its tensors are under (a fusion's: Fuse(a, b, ...))
         self.components, self.fusion_arch = components or [], None
         self.head = HeadConfig(task.head_type, task.num_outputs(labels), tuple(labels),
-                               pooling=s.pooling, dropout=head_dropout(base.encoder.config))
+                               pooling=s.pooling, dropout=head_dropout(base.encoder.config),
+                               label_scheme=task.label_scheme)
         if s.full_finetune:
             self.model = FullFinetuneModel(base.encoder, self.head)
             self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -264,7 +265,9 @@ class _Run:
             self.config = (LoraConfig(rank=s.rank, alpha=s.alpha, layers=s.layers)
                            if s.method == "lora" else
                            HoulsbyConfig(bottleneck=s.bottleneck, layers=s.layers,
-                                         init_scale=s.init_scale, reads=s.reads, skip=s.skip))
+                                         init_scale=task.adapter_init_scale
+                                         if s.init_scale is None else s.init_scale,
+                                         reads=s.reads, skip=s.skip))
             self.model = AdapterModel(base.encoder)
             if self.components:
                 from hubcli.local.fuse import build

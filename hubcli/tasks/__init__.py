@@ -15,8 +15,9 @@ TASKS: dict[str, type[Task]] = {task.name: task for task in
 __all__ = ["TASKS", "Columns", "Task", "get_task"]
 
 
-def get_task(name: str) -> Task:
-    """A fresh instance of the task called `name`.
+def get_task(name: str, head: dict | None = None) -> Task:
+    """A fresh instance of the task called `name`; given a manifest's `head`, one that decodes
+    as that head's labels were learnt (its `label_scheme`, none when not recorded).
 
     Raises:
         UsageError: no task has that name.
@@ -24,4 +25,7 @@ def get_task(name: str) -> Task:
     if name not in TASKS:
         raise UsageError(f"unknown task {name!r}; choose one of: {', '.join(TASKS)}",
                          hint="pass --task with one of the names above")
-    return TASKS[name]()
+    task = TASKS[name]()
+    if head is not None:
+        task.label_scheme = head.get("label_scheme")
+    return task

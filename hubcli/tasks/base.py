@@ -60,6 +60,12 @@ class Task(ABC):
     bucket_by_length: bool = True
     # What `hub predict` calls the second text of an input (--pair, --context), if it takes one
     second_input: str | None = None
+    # The scheme the head's labels are in (tagging: IOB1), recorded in the manifest's head and
+    # read back by get_task(); decoding keeps to it. None: no scheme, or none recorded.
+    label_scheme: str | None = None
+    # Std of a fresh Houlsby adapter's weights (`hub train --init-scale` overrides): near zero,
+    # so training starts from the frozen base's own outputs.
+    adapter_init_scale: float = 1e-3
 
     def __init__(self) -> None:
         # Set by encode() from the tokenizer, so collate() can pad without being handed it.
@@ -292,6 +298,12 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     """Softmax over the last axis, shifted by the maximum so large logits do not overflow."""
     shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
     return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Log-softmax over the last axis, shifted by the maximum so large logits do not overflow."""
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
 def unknown_label(label: str, labels: list[str], *, what: str, path: str | None,

@@ -2,8 +2,8 @@
 
 Blank lines end a sentence; `-DOCSTART-` lines are document breaks and end one too. Tags are
 IOB1 or IOB2 (`O`, `B-TYPE`, `I-TYPE`) and are kept as given; tagging learns them in IOB1
-(`to_iob1`, see tasks/tagging.py) and puts predictions out as IOB2 (`to_iob2`); entity_spans()
-reads both alike.
+(`to_iob1`, see tasks/tagging.py), decodes in IOB1's lattice (tasks/lattice.py) and puts
+predictions out as IOB2 (`to_iob2`); entity_spans() reads both alike.
 """
 
 from __future__ import annotations
