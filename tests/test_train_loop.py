@@ -193,7 +193,7 @@ def test_sigterm_writes_a_checkpoint_and_says_how_to_resume(tiny_base_dir, tmp_p
 
 def test_the_checkpoint_fingerprint_names_a_bottleneck_form_only_where_it_is_not_houlsbys(
         tmp_path):
-    """So a checkpoint written before forms existed still resumes a Houlsby run."""
+    """So a checkpoint written before forms (and per-task init scales) existed still resumes."""
     from types import SimpleNamespace
 
     from hubcli.local.loop import fingerprint
@@ -206,3 +206,7 @@ def test_the_checkpoint_fingerprint_names_a_bottleneck_form_only_where_it_is_not
     pf = fingerprint(TrainSettings(train=train, out=tmp_path / "o", reads="normed"), source, 10)
     assert "reads" not in houlsby and "skip" not in houlsby
     assert pf == {**houlsby, "reads": "normed"}
+    # the init scale as it was resolved, as checkpoints recorded it before tasks had their own
+    assert houlsby["init_scale"] == 1e-3
+    assert fingerprint(TrainSettings(train=train, out=tmp_path / "o", task="tagging"), source,
+                       10)["init_scale"] == 2e-2
