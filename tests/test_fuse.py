@@ -179,6 +179,18 @@ def test_stacked_adapter_requires_its_base_adapter_and_runs_on_top_of_it(runs):
     assert stacked != alone
 
 
+def test_a_lora_adapter_is_not_stacked_on_one_with_layernorm_deltas(runs, tmp_path):
+    """The stack runs with the top adapter's LayerNorms: a LoRA has none, so the Houlsby
+    adapter below would run under the base's instead of its own."""
+    train, dev = sample_dataset()
+    r = run("train", "--stack", runs / "sst-a", "--method", "lora", "--train", train,
+            "--validation", dev, "--epochs", 1, "--out", tmp_path / "x")
+    assert r.exit_code == 1
+    assert ("error: --method lora: sst-a trained LayerNorm deltas, and a stack runs with its "
+            "top adapter's, which this method has none of") in r.output.splitlines()
+    assert not (tmp_path / "x").exists()
+
+
 def test_fuse_needs_two_adapters_and_no_full_finetune(runs, tmp_path):
     train, _ = sample_dataset()
     r = run("fuse", "--adapters", runs / "sst-a", "--train", train, "--out", tmp_path / "o")

@@ -139,6 +139,20 @@ def test_decode_character_offsets_of_raw_input(tokenizer, tag):
     assert tag.describe(prediction) == "Anna (PER, 2-6); New   York. (LOC, 17-28)"
 
 
+def test_a_word_without_tokens_leaves_a_label_set_without_o_a_path(tokenizer):
+    """A word with no token of its own is "O"; where the labels have no "O" it must be left
+    unconstrained, not impossible: one impossible word would leave its sentence no path."""
+    tag = get_task("tagging", {"label_scheme": "IOB1"})
+    labels = ["B-LOC", "B-PER", "I-LOC", "I-PER"]
+    example = tag.parse_input("Anna \u200b lives")  # a zero-width space: no token
+    [feature] = tag.encode([example], tokenizer, labels, 32, with_targets=False)
+    # tokens: [CLS] anna lives [SEP]; IOB1: I-PER, then I-LOC
+    logits = torch.tensor(one_hot([0, 3, 2, 0], width=len(labels)))
+    [prediction] = tag.decode([logits], [feature], [example], labels)
+    assert len(prediction["tags"]) == 3
+    assert (prediction["tags"][0], prediction["tags"][2]) == ("B-PER", "B-LOC")
+
+
 def test_decode_empty_input(tokenizer, tag):
     example = tag.parse_input("   ")
     features = tag.encode([example], tokenizer, LABELS, 16, with_targets=False)

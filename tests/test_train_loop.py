@@ -206,7 +206,8 @@ def test_the_checkpoint_fingerprint_names_a_bottleneck_form_only_where_it_is_not
     pf = fingerprint(TrainSettings(train=train, out=tmp_path / "o", reads="normed"), source, 10)
     assert "reads" not in houlsby and "skip" not in houlsby
     assert pf == {**houlsby, "reads": "normed"}
-    # the init scale as it was resolved, as checkpoints recorded it before tasks had their own
-    assert houlsby["init_scale"] == 1e-3
-    assert fingerprint(TrainSettings(train=train, out=tmp_path / "o", task="tagging"), source,
-                       10)["init_scale"] == 2e-2
+    # the init scale only where given: the default moved (2e-2 for tagging), and checkpoints
+    # that recorded the old one must still resume
+    assert "init_scale" not in houlsby
+    assert fingerprint(TrainSettings(train=train, out=tmp_path / "o", init_scale=0.05), source,
+                       10) == {**houlsby, "init_scale": 0.05}

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from hubcli.cli.model_cmds import attach_options
@@ -84,12 +82,12 @@ def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, m
     except ImportError as err:  # the [serve] extra is optional
         raise UsageError(f"hub serve needs {err.name}, which is not installed",
                          hint='pip install "adapter-hub[serve]"') from None
-    from hubcli.serving.batcher import BatchSettings
+    from hubcli.serving.batcher import BatchSettings, default_workers
     from hubcli.serving.service import ServeSettings
 
     settings = ServeSettings(BatchSettings(max_wait_ms, max_batch_tokens, queue_size,
                                            batching=not no_batching,
-                                           workers=workers or min(2, os.cpu_count() or 1)),
+                                           workers=workers or default_workers()),
                              max_inputs=max_inputs, max_text_chars=max_text_chars,
                              admin_token=admin_token,
                              tokens=tuple(t for arg in tokens for t in arg.split()))

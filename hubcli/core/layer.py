@@ -228,7 +228,9 @@ class AdapterLinear(nn.Module):
         return adapter
 
     def _keep_input(self, _module: nn.Module, args: tuple, kwargs: dict) -> None:
-        self.residual = args[1] if len(args) > 1 else kwargs["input_tensor"]
+        # (hidden, input): positional, or by the name transformers' (or our compact) BERT gives it
+        self.residual = args[1] if len(args) > 1 else kwargs.get("input_tensor",
+                                                                 kwargs.get("residual"))
 
     def _drop_input(self, _module: nn.Module, _args: tuple, _output: torch.Tensor) -> None:
         self.residual = None

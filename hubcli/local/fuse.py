@@ -97,6 +97,7 @@ def build(model, base_info, components: list[Component], compose: str, name: str
 
     Raises:
         BaseMismatchError: a component's base is not the loaded one; before its weights load.
+        OptionError: a stacked adapter without LayerNorm deltas on components with them.
     """
     from hubcli.core.composition import Fuse, Stack, names_in
     from hubcli.local.attach import attach
@@ -107,10 +108,18 @@ def build(model, base_info, components: list[Component], compose: str, name: str
         blocks.append(model.compositions.get(c.bundle.manifest["name"],
                                              c.bundle.manifest["name"]))
     if compose == STACK:
+        below = names_in(Stack(*blocks))
+        if not config.train_layernorm and any(n in site.deltas for n in below
+                                              for site in model.layernorm_sites.values()):
+            # the stack runs with the top adapter's LayerNorms: without deltas of its own,
+            # the adapters below would run under the base's, not the ones they learnt with
+            raise OptionError("--method", config.method, f"{', '.join(below)} trained "
+                              "LayerNorm deltas, and a stack runs with its top adapter's, which "
+                              "this method has none of", hint="stack a Houlsby adapter on it")
         model.add_adapter(name, config, head)
-        # the stack runs with the new adapter's LayerNorms: start them at the ones the frozen
-        # adapters below were trained with, or those adapters start out of their element
-        model.start_layernorm_at(name, names_in(Stack(*blocks)))
+        # start them at the ones the frozen adapters below were trained with, or those
+        # adapters start out of their element
+        model.start_layernorm_at(name, below)
         model.activate(Stack(*blocks, name))
         return name, None
     block = Fuse(*blocks)

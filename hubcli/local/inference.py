@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,9 +60,10 @@ def _threads_for(features: list[dict]):
     import torch
 
     previous = torch.get_num_threads()
-    # at one thread already (hub serve's workers each run on one) there is nothing to switch,
-    # and switching a setting the whole process shares would race with the other workers
-    few = previous > 1 and sum(len(f["input_ids"]) for f in features) < FEW_TOKENS
+    # only the main thread switches: a thread's first torch call copies the setting, so a
+    # switch from one of hub serve's workers could leave another on one thread for good
+    few = (threading.current_thread() is threading.main_thread()
+           and sum(len(f["input_ids"]) for f in features) < FEW_TOKENS)
     if few:
         torch.set_num_threads(1)
     try:

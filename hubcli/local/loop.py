@@ -66,10 +66,8 @@ def fingerprint(s, source, steps: int) -> dict[str, Any]:
              "batch_size", "grad_accum", "max_length", "seed", "warmup_ratio", "pooling",
              "full_finetune", "precision", "streaming")
     out = {name: _plain(getattr(s, name)) for name in names}
-    if out["init_scale"] is None:  # the task's default, as checkpoints before it recorded
-        from hubcli.tasks import get_task
-
-        out["init_scale"] = get_task(s.task).adapter_init_scale
+    if out["init_scale"] is None:  # the task's default: a resume replaces the initial weights
+        del out["init_scale"]  # anyway, and checkpoints that recorded an older default resume
     # a bottleneck's form only where it is not Houlsby's: checkpoints from before it resume
     out.update({name: getattr(s, name) for name in ("reads", "skip")
                 if getattr(s, name) != "output"})

@@ -5,7 +5,8 @@ them as one routed forward pass; each caller gets its own rows back through a fu
 With `workers` > 1, one worker gathers the next batch while another's pass runs, and passes
 overlap: a pass of a few hundred tokens keeps one core busy and gains next to nothing from a
 second intra-op thread, so on a machine with C cores, C workers of one torch thread each serve
-more and wait less than one worker with C threads. One worker gathers at a time, and a request
+more and wait less than one worker with C threads (`hub serve` runs `default_workers()`; a
+`BatchSettings` made in code runs one unless told). One worker gathers at a time, and a request
 that does not fit its batch stays at the head of the queue for the next batch, whichever
 worker gathers it. The queue is bounded so overload is refused at the door (`Busy`, HTTP 503)
 instead of growing latency without limit. With batching off every request runs alone, each
@@ -14,6 +15,7 @@ worker taking the next.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -29,6 +31,16 @@ class Busy(HubError):
     """The request queue is full."""
 
     hint = "retry after a moment"
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity; a container's quota may be lower)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def default_workers() -> int:
+    """`hub serve`'s workers: 2, or 1 on one CPU."""
+    return min(2, usable_cpus())
 
 
 @dataclass

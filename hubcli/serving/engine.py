@@ -14,8 +14,9 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
+from hubcli.base.tokenizer import FastTokenizer
 from hubcli.format.vocab import BASE, DEFAULT_MAX_LENGTH
 
 
@@ -26,6 +27,23 @@ class Job:
     adapter: str
     texts: list[str]
     tokens: int
+
+
+class OneCallAtATime:
+    """A tokenizer whose calls run one at a time: transformers' fast tokenizers set truncation
+    on their shared backend at every call, and the workers and the request handlers (counting
+    tokens) call at once. Everything else is the tokenizer's own."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self._lock = threading.Lock()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return self._tokenizer(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tokenizer, name)
 
 
 class PassLock:
@@ -77,6 +95,8 @@ class Engine:
         from hubcli.api import AdapterHub
 
         self.hub = AdapterHub(base, notify=notify)
+        if not isinstance(self.hub.base.tokenizer, FastTokenizer):  # ours locks its calls
+            self.hub.base.tokenizer = OneCallAtATime(self.hub.base.tokenizer)
         self.attach_policy = {"allow_unsigned": allow_unsigned,
                               "allow_base_mismatch": allow_base_mismatch}
         self._lock = PassLock()

@@ -42,12 +42,12 @@ def serve(refs: list[str], settings: ServeSettings, *, host: str, port: int,
         UsageError, RegistryError, SignatureError, BundleError, ManifestError,
         BaseMismatchError, AdapterError: an adapter cannot be attached.
     """
-    import os
+    if settings.batch.workers > 1:  # the workers share the CPUs: each its share of threads
+        import torch
 
-    import torch
+        from hubcli.serving.batcher import usable_cpus
 
-    # the workers share the cores: each pass gets its share of intra-op threads
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // settings.batch.workers))
+        torch.set_num_threads(max(1, usable_cpus() // settings.batch.workers))
     pool = Pool.for_adapters(refs, notify=notify, **pool_options)
     notify(f"serving {', '.join(pool.listing())} on http://{host}:{port}")
     make_server(pool, settings, host=host, port=port, access_log=access_log).run()

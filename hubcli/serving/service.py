@@ -127,8 +127,8 @@ class Service:
             rows = await asyncio.wrap_future(future)
         except Exception as err:
             return refuse(err)
-        finally:
-            self.pool.release(slot)
+        finally:  # off the event loop: an eviction it makes waits for the passes running
+            await asyncio.to_thread(self.pool.release, slot)
         return JSONResponse({"adapter": adapter, "predictions": rows})
 
     async def _acquire(self, name: str) -> str:

@@ -124,7 +124,10 @@ class Tagging(Task):
         "O". start/end are character offsets into the example's text (end exclusive); an
         entity's score is the mean probability of its words' tags.
         """
-        none = np.where(np.array(labels) == "O", 0.0, -np.inf)  # a word with no prediction
+        # a word with no prediction: "O" (unconstrained where the labels have no "O", or one
+        # such word would leave its sentence no path)
+        none = (np.where(np.array(labels) == "O", 0.0, -np.inf) if "O" in labels
+                else np.zeros(len(labels)))
         log_probs = [np.tile(none, (len(example.words), 1)) for example in examples]
         for logits, feature in zip(logits_per_feature, features):
             positions = [p for p, word in enumerate(feature["word_ids"]) if word is not None]
