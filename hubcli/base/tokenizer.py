@@ -11,7 +11,6 @@ still load through transformers (`hubcli.base.load.load_tokenizer`).
 from __future__ import annotations
 
 import shutil
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +56,6 @@ class FastTokenizer:
         self.special_tokens_map = special_tokens(self.path)
         self.pad_token_id = self.backend_tokenizer.token_to_id(
             self.special_tokens_map.get("pad_token", "[PAD]")) or 0
-        # truncation is a setting of the shared backend, set per call: threads calling at once
-        # (hub serve's workers and its request handlers) must not change it under each other
-        self._lock = threading.Lock()
 
     def get_vocab(self) -> dict[str, int]:
         return self.backend_tokenizer.get_vocab(with_added_tokens=True)
@@ -89,10 +85,9 @@ class FastTokenizer:
             inputs = list(zip(text, text_pair)) if text_pair is not None else list(text)
         else:  # as transformers: an empty second text is no second text
             inputs = [(text, text_pair) if text_pair else text]
-        with self._lock:
-            self._truncate(truncation, max_length, stride)
-            encodings = self.backend_tokenizer.encode_batch(
-                inputs, add_special_tokens=add_special_tokens, is_pretokenized=is_split_into_words)
+        self._truncate(truncation, max_length, stride)
+        encodings = self.backend_tokenizer.encode_batch(
+            inputs, add_special_tokens=add_special_tokens, is_pretokenized=is_split_into_words)
         windows, sample = [], []
         for i, encoding in enumerate(encodings):
             more = encoding.overflowing if return_overflowing_tokens else []

@@ -74,8 +74,10 @@ class BottleneckAdapter(nn.Module):
         if sublayer is None:
             return y + self.up(self.act(self.down(y)))
         taps = {"output": y, "input": sublayer.residual}
-        if {"sum", "normed"} & {self.reads, self.skip}:
+        wanted = {self.reads, self.skip}
+        if wanted & {"sum", "normed"}:
             taps["sum"] = y + sublayer.residual
+        if "normed" in wanted:  # a LayerNorm only where the form reads or adds it back
             taps["normed"] = sublayer.layer_norm(taps["sum"])
         return taps[self.skip] + self.up(self.act(self.down(taps[self.reads])))
 

@@ -81,8 +81,9 @@ def load_onnx(path: Path, *, base: str | None = None, threads: int | None = None
     meta = json.loads(raw)
     from hubcli.tasks import get_task
 
-    return OnnxPredictor(session, _tokenizer(meta["base"], base), get_task(meta["task"], meta["head"]),
-                         list(meta["head"]["labels"]), int(meta["max_length"]), meta)
+    return OnnxPredictor(session, _tokenizer(meta["base"], base),
+                         get_task(meta["task"], meta["head"]), list(meta["head"]["labels"]),
+                         int(meta["max_length"]), meta)
 
 
 def load_onnx_for_adapter(adapter_dir: Path, *, base: str | None = None,

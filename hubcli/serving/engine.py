@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from hubcli.base.tokenizer import FastTokenizer
 from hubcli.format.vocab import BASE, DEFAULT_MAX_LENGTH
 
 
@@ -30,9 +29,9 @@ class Job:
 
 
 class OneCallAtATime:
-    """A tokenizer whose calls run one at a time: transformers' fast tokenizers set truncation
-    on their shared backend at every call, and the workers and the request handlers (counting
-    tokens) call at once. Everything else is the tokenizer's own."""
+    """A tokenizer whose calls run one at a time: ours and transformers' fast tokenizers set
+    truncation on their shared backend at every call, and the workers and the request
+    handlers (counting tokens) call at once. Everything else is the tokenizer's own."""
 
     def __init__(self, tokenizer: Any) -> None:
         self._tokenizer = tokenizer
@@ -95,8 +94,7 @@ class Engine:
         from hubcli.api import AdapterHub
 
         self.hub = AdapterHub(base, notify=notify)
-        if not isinstance(self.hub.base.tokenizer, FastTokenizer):  # ours locks its calls
-            self.hub.base.tokenizer = OneCallAtATime(self.hub.base.tokenizer)
+        self.hub.base.tokenizer = OneCallAtATime(self.hub.base.tokenizer)
         self.attach_policy = {"allow_unsigned": allow_unsigned,
                               "allow_base_mismatch": allow_base_mismatch}
         self._lock = PassLock()
