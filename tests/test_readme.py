@@ -68,6 +68,9 @@ def test_readme_commands_run_as_pasted(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "positive" in result.stdout or "negative" in result.stdout
     assert '"entities"' in result.stdout
+    # hub serve's answer to the README's `curl -d` (a body labelled as a form, read as JSON)
+    assert '{"adapter":"./ner-adapter","predictions":[{"text":"Angela visited Paris ."' \
+        in result.stdout
     for body in blocks("python"):
         run = subprocess.run([str(work / ".venv" / "bin" / "python"), "-c", body], cwd=work,
                              env=env, capture_output=True, text=True, timeout=600)

@@ -467,3 +467,12 @@ def test_an_attach_waits_for_the_passes_running_and_holds_off_new_ones():
     for t in threads:
         t.join(60)
     assert events == ["first pass ends", "change", "late pass"]
+
+
+def test_a_body_labelled_as_a_form_is_read_as_json(url, adapters):
+    """`curl -d` labels its body application/x-www-form-urlencoded."""
+    body = '{"adapter": "__base__", "inputs": ["a film"]}'
+    answer = httpx.post(f"{url}/v1/predict", content=body,
+                        headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert answer.status_code == 200
+    assert answer.json()["predictions"][0]["text"] == "a film"

@@ -32,6 +32,21 @@ class LoadRequest(BaseModel):
     adapter: str
 
 
+class BodiesAreJson:
+    """ASGI middleware: every body this API takes is JSON, and `curl -d` (the README's and
+    every quick test's way) labels its body application/x-www-form-urlencoded, which FastAPI
+    would not parse; so a body is read as JSON whatever its label."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH"):
+            headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+            scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)
+
+
 def create_app(pool: Pool, settings: ServeSettings | None = None) -> FastAPI:
     """The ASGI app serving `pool`'s adapters; its batcher runs from startup to shutdown
     (which finishes every request already queued). With `settings.tokens`, predicting and
@@ -48,6 +63,7 @@ def create_app(pool: Pool, settings: ServeSettings | None = None) -> FastAPI:
 
     app = FastAPI(title="hub serve", version="1", lifespan=lifespan)
     app.state.service = service
+    app.add_middleware(BodiesAreJson)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
