@@ -429,6 +429,48 @@ def test_two_workers_run_two_passes_at_once_and_a_job_that_does_not_fit_waits_fo
         batcher.stop()
 
 
+def test_a_backlog_runs_at_once_the_window_counting_from_its_oldest_arrival():
+    batcher = Batcher(lambda jobs: [job.texts for job in jobs],
+                      BatchSettings(max_wait_ms=300, workers=1))
+    futures = [batcher.submit(Job("a", [str(i)], 1)) for i in range(3)]
+    time.sleep(0.35)  # they have waited out the window before any worker gathers
+    started = time.monotonic()
+    batcher.start()
+    try:
+        assert [f.result(timeout=30) for f in futures] == [["0"], ["1"], ["2"]]
+        assert time.monotonic() - started < 0.2  # not another 300 ms for company
+    finally:
+        batcher.stop()
+
+
+def test_a_worker_waits_for_company_only_while_the_others_run_passes():
+    batcher = Batcher(lambda jobs: [job.texts for job in jobs],
+                      BatchSettings(max_wait_ms=20_000, workers=2))
+    batcher.start()
+    try:  # the other worker is idle: no 20 s window for a lone request
+        assert batcher.submit(Job("a", ["alone"], 1)).result(timeout=10) == ["alone"]
+    finally:
+        batcher.stop()
+
+
+def test_a_batch_takes_its_share_of_the_queue_and_the_other_worker_the_rest():
+    sizes, both_running = [], threading.Barrier(2, timeout=30)
+
+    def run(jobs: list[Job]) -> list:
+        sizes.append(len(jobs))
+        both_running.wait()  # broken if one worker took the whole queue
+        return [job.texts for job in jobs]
+
+    batcher = Batcher(run, BatchSettings(max_wait_ms=1, workers=2))
+    futures = [batcher.submit(Job("a", [str(i)], 1)) for i in range(8)]  # queued before start
+    batcher.start()
+    try:
+        assert [f.result(timeout=60) for f in futures] == [[str(i)] for i in range(8)]
+        assert sizes == [4, 4]
+    finally:
+        batcher.stop()
+
+
 def test_stop_finishes_every_queued_job_on_every_worker():
     batcher = Batcher(lambda jobs: [job.texts for job in jobs],
                       BatchSettings(max_wait_ms=1, max_tokens=3, workers=3))

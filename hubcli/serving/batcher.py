@@ -1,16 +1,26 @@
 """Dynamic batching across requests: worker threads take requests off a bounded queue; each
-gathers those that arrive within `max_wait` (any mix of adapters) up to `max_tokens` and runs
-them as one routed forward pass; each caller gets its own rows back through a future.
+gathers those that arrive within `max_wait` of the oldest (any mix of adapters) up to
+`max_tokens` and runs them as one routed forward pass; each caller gets its own rows back
+through a future.
 
 With `workers` > 1, one worker gathers the next batch while another's pass runs, and passes
 overlap: a pass of a few hundred tokens keeps one core busy and gains next to nothing from a
 second intra-op thread, so on a machine with C cores, C workers of one torch thread each serve
 more and wait less than one worker with C threads (`hub serve` runs `default_workers()`; a
-`BatchSettings` made in code runs one unless told). One worker gathers at a time, and a request
-that does not fit its batch stays at the head of the queue for the next batch, whichever
-worker gathers it. The queue is bounded so overload is refused at the door (`Busy`, HTTP 503)
-instead of growing latency without limit. With batching off every request runs alone, each
-worker taking the next.
+`BatchSettings` made in code runs one unless told). One worker gathers at a time, by three
+rules that keep the tail short:
+
+- the window is counted from the oldest request's arrival, so a backlog runs at once;
+- a worker waits for more only while every other worker is running a pass: an idle one would
+  take the next request at once, and two passes at once beat one pass twice the size;
+- a batch takes at most its share of the work in the house (queued, running and its own,
+  in tokens, split evenly between the workers), so one worker does not take a crowd while
+  the other idles: the callers in the big batch would wait for all of it.
+
+A request that does not fit its batch stays at the head of the queue for the next batch,
+whichever worker gathers it. The queue is bounded so overload is refused at the door (`Busy`,
+HTTP 503) instead of growing latency without limit. With batching off every request runs
+alone, each worker taking the next.
 """
 
 from __future__ import annotations
@@ -56,18 +66,26 @@ class BatchSettings:
 class _Pending:
     job: Job
     future: Future = field(default_factory=Future)
+    arrived: float = field(default_factory=time.monotonic)
 
 
 _STOP = object()
 
 
-class _Queue:
-    """A bounded FIFO whose head is taken only if it fits."""
+def _tokens(item: Any) -> int:
+    return 0 if item is _STOP else item.job.tokens
 
-    def __init__(self, size: int) -> None:
+
+class _Queue:
+    """A bounded FIFO whose head is taken only if it fits; `tokens` is what it holds, by
+    `weigh`."""
+
+    def __init__(self, size: int, weigh: Callable[[Any], int]) -> None:
         self._items: deque = deque()
         self._size = size
+        self._weigh = weigh
         self._changed = threading.Condition()
+        self.tokens = 0
 
     def __len__(self) -> int:
         return len(self._items)
@@ -79,6 +97,7 @@ class _Queue:
                 return False
             self._changed.wait_for(lambda: len(self._items) < self._size)
             self._items.append(item)
+            self.tokens += self._weigh(item)
             self._changed.notify_all()
             return True
 
@@ -90,6 +109,7 @@ class _Queue:
                     or not fits(self._items[0]):
                 return None
             item = self._items.popleft()
+            self.tokens -= self._weigh(item)
             self._changed.notify_all()
             return item
 
@@ -106,8 +126,10 @@ class Batcher:
         self.run = run
         self.settings = settings
         self.observe = observe
-        self._queue = _Queue(settings.queue_size)
+        self._queue = _Queue(settings.queue_size, _tokens)
         self._gathering = threading.Lock()  # one worker gathers at a time
+        self._counting = threading.Lock()
+        self._running = self._running_tokens = 0  # passes in progress and their tokens
         self._threads = [threading.Thread(target=self._work, name=f"hub-serve-worker{k}",
                                           daemon=True) for k in range(settings.workers)]
 
@@ -140,29 +162,51 @@ class Batcher:
         while True:
             with self._gathering:
                 batch = self._gather()
-            if batch is None:
-                return
-            self._execute(batch)
+                if batch is None:
+                    return
+                tokens = sum(p.job.tokens for p in batch)
+                self._count(1, tokens)  # before the next worker gathers: it weighs its share
+            try:
+                self._execute(batch)
+            finally:
+                self._count(-1, -tokens)
+
+    def _count(self, passes: int, tokens: int) -> None:
+        with self._counting:
+            self._running += passes
+            self._running_tokens += tokens
 
     def _gather(self) -> list[_Pending] | None:
-        """The next batch (None: stop): the first job waits as long as it takes, later ones
-        at most until `max_wait` after it; a job that would overflow `max_tokens`, or a stop
-        mark, ends the batch and stays queued."""
+        """The next batch (None: stop): the first job waits as long as it takes; later ones
+        are taken while they fit `max_tokens` and the batch's share, the queued ones at once
+        and new ones until `max_wait` after the first's arrival while every other worker
+        runs a pass. A job that does not fit, or a stop mark, ends the batch and stays
+        queued."""
         first = self._queue.take(lambda _item: True, None)
         if first is _STOP:
             return None
         batch, tokens = [first], first.job.tokens
         if not self.settings.batching:
             return batch
-        deadline = time.monotonic() + self.settings.max_wait_ms / 1000
+        deadline = first.arrived + self.settings.max_wait_ms / 1000
+        workers = self.settings.workers
 
         def fits(item: Any) -> bool:
-            return item is not _STOP and tokens + item.job.tokens <= self.settings.max_tokens
+            if item is _STOP:
+                return False
+            more = tokens + item.job.tokens
+            # the house's work: queued (this item included), running, and this batch's
+            share = (self._queue.tokens + tokens + self._running_tokens) / workers
+            return more <= self.settings.max_tokens and more <= share
 
-        while (nxt := self._queue.take(fits, max(deadline - time.monotonic(), 0))) is not None:
+        while True:
+            others_busy = self._running >= workers - 1
+            wait = max(deadline - time.monotonic(), 0) if others_busy else 0
+            nxt = self._queue.take(fits, wait)
+            if nxt is None:
+                return batch
             batch.append(nxt)
             tokens += nxt.job.tokens
-        return batch
 
     def _execute(self, batch: list[_Pending]) -> None:
         live = [p for p in batch if p.future.set_running_or_notify_cancel()]
