@@ -52,6 +52,7 @@ def test_train_writes_a_valid_adapter_directory(trained):
     assert m["head"]["labels"] == ["negative", "positive"]
     assert m["architecture"]["bottleneck"] == 8 and m["architecture"]["layers"] == [0, 1]
     assert m["architecture"]["init_scale"] == 1e-3  # tagging's default is larger (below)
+    assert "reads" not in m["architecture"]  # the paper's form; tagging's reads normed (below)
     d, mm = 32, 8
     adapters = 2 * 2 * (2 * mm * d + d + mm)
     assert m["parameters"]["adapters"] == adapters == summary["parameters"]["adapters"]
@@ -132,6 +133,9 @@ def test_tagging_predicts_entity_spans_with_offsets(tiny_base_dir, tmp_path):
     assert m["head"]["label_scheme"] == "IOB1"  # predict decodes in this scheme's lattice
     # tagging's adapters start at BERT's init scale: from 1e-3 they learnt too slowly
     assert m["architecture"]["init_scale"] == 2e-2
+    # and read LN(h + x): a point of entity F1 over the paper's form (tasks/tagging.py)
+    assert (m["architecture"]["reads"], m["architecture"].get("skip", "output")) == (
+        "normed", "output")
     assert set(m["metrics"]["validation"][0]) >= {"precision", "recall", "f1"}
     text = "Angela Merkel visited Paris ."
     pred = run("predict", out, "--json", input=text + "\n")

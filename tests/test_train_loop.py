@@ -211,3 +211,9 @@ def test_the_checkpoint_fingerprint_names_a_bottleneck_form_only_where_it_is_not
     assert "init_scale" not in houlsby
     assert fingerprint(TrainSettings(train=train, out=tmp_path / "o", init_scale=0.05), source,
                        10) == {**houlsby, "init_scale": 0.05}
+    # a task's own form counts as given: a tagging run of the paper's form does not resume it
+    tagging = fingerprint(TrainSettings(train=train, out=tmp_path / "o", task="tagging"), source,
+                          10)
+    assert tagging["reads"] == "normed"
+    assert "reads" not in fingerprint(TrainSettings(train=train, out=tmp_path / "o",
+                                                    task="tagging", reads="output"), source, 10)

@@ -110,10 +110,11 @@ def training_data_options(f):
               "the attention query and value projections")
 @click.option("--bottleneck", type=click.IntRange(min=1), default=64, show_default=True,
               help="houlsby: bottleneck size")
-@click.option("--reads", type=click.Choice(HOULSBY_TAPS), default="output", show_default=True,
+@click.option("--reads", type=click.Choice(HOULSBY_TAPS),
               help="houlsby: what the bottleneck f reads, with h a sublayer's output projection "
               "and x its input: output (h), sum (h + x), normed (LN(h + x): Pfeiffer et al.), "
-              "input (x: a parallel adapter); the sublayer computes LN(skip + f(reads) + x)")
+              "input (x: a parallel adapter); the sublayer computes LN(skip + f(reads) + x) "
+              "[default: output, tagging normed]")
 @click.option("--skip", type=click.Choice(HOULSBY_TAPS), default="output", show_default=True,
               help="houlsby: what the adapter's skip connection adds back, in --reads' words")
 @click.option("--rank", type=click.IntRange(min=1), default=8, show_default=True,

@@ -37,7 +37,7 @@ class TrainSettings:
     base_revision: str | None = None
     method: str = "houlsby"  # or "lora" (hubcli/core/config.py)
     bottleneck: int = 64
-    reads: str = "output"  # houlsby only: its form (hubcli/core/config.py)
+    reads: str | None = None  # houlsby only: its form (hubcli/core/config.py); None: the task's
     skip: str = "output"
     layers: tuple[int, ...] | None = None
     init_scale: float | None = None  # None: the task's (Task.adapter_init_scale)
@@ -77,6 +77,11 @@ class TrainSettings:
         if self.lr is not None:
             return self.lr
         return 5e-5 if self.full_finetune or self.compose == "fuse" else 1e-3
+
+    @property
+    def form(self) -> tuple[str, str]:
+        """A Houlsby adapter's (reads, skip): --reads as given, else the task's."""
+        return self.reads or get_task(self.task).adapter_reads, self.skip
 
 
 @dataclass
@@ -267,7 +272,7 @@ class _Run:
                            HoulsbyConfig(bottleneck=s.bottleneck, layers=s.layers,
                                          init_scale=task.adapter_init_scale
                                          if s.init_scale is None else s.init_scale,
-                                         reads=s.reads, skip=s.skip))
+                                         reads=s.form[0], skip=s.form[1]))
             self.model = AdapterModel(base.encoder)
             if self.components:
                 from hubcli.local.fuse import build

@@ -66,6 +66,9 @@ class Task(ABC):
     # Std of a fresh Houlsby adapter's weights (`hub train --init-scale` overrides): near zero,
     # so training starts from the frozen base's own outputs.
     adapter_init_scale: float = 1e-3
+    # What a Houlsby adapter's bottleneck reads (`hub train --reads` overrides): the sublayer's
+    # output, as in the paper, unless a task learns better from another form.
+    adapter_reads: str = "output"
 
     def __init__(self) -> None:
         # Set by encode() from the tokenizer, so collate() can pad without being handed it.
