@@ -1,6 +1,6 @@
 """The Houlsby method's other forms (`reads`/`skip`: Pfeiffer's after the LayerNorm, the
 parallel adapter reading the sublayer's input): the same on either encoder, routed in a mixed
-batch as each row alone, trained, recorded in the manifest, and refused under AdapterFusion.
+batch as each row alone, trained, recorded in the manifest, and mixed by AdapterFusion.
 That each form computes what the `adapters` library computes is tests/test_interop_import.py's
 (fixtures written by that library)."""
 
@@ -118,18 +118,31 @@ def test_the_form_round_trips_through_the_manifest_and_houlsbys_is_not_written()
         HoulsbyConfig(reads="after")
 
 
-def test_fusion_over_a_form_is_refused_and_stacking_works(model, base):
+def test_a_fusion_mixes_forms_and_stacking_works(model, base):
     model.add_adapter("h", HoulsbyConfig(bottleneck=4), SEQ)
     model.add_adapter("pf", HoulsbyConfig(bottleneck=4, reads="normed"), SEQ)
     _randomise(model, "h", seed=1)
     _randomise(model, "pf", seed=2)
-    with pytest.raises(AdapterError, match="^pf reads normed and adds back output: "
-                                           "AdapterFusion mixes adapters of Houlsby's form only"):
-        model.add_fusion(Fuse("h", "pf"), SEQ)
     batch = encode(base.tokenizer, TEXTS[:2])
+    # one component's fusion, with its LayerNorm deltas, computes what that component does:
+    # pf reads the LayerNorm with the fusion's deltas, started at its own
+    alone_pf = _encode(model, "pf", batch)
+    one = Fuse("pf", "pf")
+    model.add_fusion(one, SEQ, train_layernorm=True)
+    assert torch.allclose(_encode(model, one, batch), alone_pf, atol=1e-5, rtol=0)
+    mixed = Fuse("h", "pf")
+    model.add_fusion(mixed, SEQ, train_layernorm=True)
     with torch.no_grad():
-        model.activate("pf")
-        alone_pf = model(**batch)
-        model.activate(Stack("h", "pf"))
-        stacked = model(**batch)
+        folded = _encode(model, mixed, batch)  # no fold for pf: its outputs are stacked
+    assert torch.allclose(folded, model.encode(**batch), atol=1e-5, rtol=0)
+    assert (folded - alone_pf).abs().max().item() > 1e-3 and not any(
+        s.fusions[mixed.name]._bottlenecks for s in model.adapter_sites.values()
+        if mixed.name in s.fusions)
+    stacked = _encode(model, Stack("h", "pf"), batch)
     assert (stacked - alone_pf).abs().max().item() > 1e-3  # h's output reaches pf
+
+
+def _encode(model, block, batch) -> torch.Tensor:
+    model.activate(block)
+    with torch.no_grad():
+        return model.encode(**batch)

@@ -453,6 +453,31 @@ def test_a_worker_waits_for_company_only_while_the_others_run_passes():
         batcher.stop()
 
 
+def test_a_worker_waits_only_while_company_could_join_and_stops_when_another_is_free():
+    release = threading.Event()
+
+    def run(jobs: list[Job]) -> list:
+        if jobs[0].texts == ["slow"]:
+            release.wait(30)
+        return [job.texts for job in jobs]
+
+    batcher = Batcher(run, BatchSettings(max_wait_ms=20_000, workers=2))
+    batcher.start()
+    try:
+        slow = batcher.submit(Job("a", ["slow"], 10))
+        time.sleep(0.2)  # its pass holds one worker
+        # as large as the pass running: nothing could join it within its share, so no wait
+        assert batcher.submit(Job("a", ["big"], 10)).result(timeout=10) == ["big"]
+        small = batcher.submit(Job("a", ["small"], 1))  # room for company: it waits...
+        time.sleep(0.2)
+        assert not small.done()
+        release.set()  # ...until the other worker is free, not for the whole 20 s
+        assert small.result(timeout=10) == ["small"] and slow.result(timeout=10) == ["slow"]
+    finally:
+        release.set()
+        batcher.stop()
+
+
 def test_a_batch_takes_its_share_of_the_queue_and_the_other_worker_the_rest():
     sizes, both_running = [], threading.Barrier(2, timeout=30)
 

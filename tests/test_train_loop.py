@@ -215,5 +215,7 @@ def test_the_checkpoint_fingerprint_names_a_bottleneck_form_only_where_it_is_not
     tagging = fingerprint(TrainSettings(train=train, out=tmp_path / "o", task="tagging"), source,
                           10)
     assert tagging["reads"] == "normed"
-    assert "reads" not in fingerprint(TrainSettings(train=train, out=tmp_path / "o",
-                                                    task="tagging", reads="output"), source, 10)
+    for other in ({"reads": "output"}, {"method": "lora"}, {"full_finetune": True},
+                  {"compose": "fuse"}):  # given, or no bottleneck trained
+        assert "reads" not in fingerprint(TrainSettings(train=train, out=tmp_path / "o",
+                                                        task="tagging", **other), source, 10)

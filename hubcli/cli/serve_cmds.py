@@ -16,7 +16,8 @@ POSITIVE = click.IntRange(min=1)
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--max-wait-ms", default=5.0, show_default=True, type=click.FloatRange(min=0),
-              help="how long a request waits for others to share its pass (counted from its arrival; only while every other worker is busy)")
+              help="how long a request waits for others to share its pass (counted from "
+                   "its arrival; only while every other worker is busy)")
 @click.option("--max-batch-tokens", default=4096, show_default=True, type=POSITIVE,
               help="tokens in one forward pass (a larger request runs alone)")
 @click.option("--queue-size", default=256, show_default=True, type=POSITIVE,

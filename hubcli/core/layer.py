@@ -278,9 +278,9 @@ class AdapterLinear(nn.Module):
             fusion = self.fusions[block.name]
             children = [self.adapters[c] if isinstance(c, str) and c in self.adapters else None
                         for c in block.children]
-            if not torch.is_grad_enabled() and all(
-                    isinstance(c, BottleneckAdapter) and c.act is children[0].act
-                    for c in children):
+            if not torch.is_grad_enabled() and all(  # the fold is for Houlsby's form only
+                    isinstance(c, BottleneckAdapter) and not c.needs_sublayer
+                    and c.act is children[0].act for c in children):
                 return fusion.forward_bottlenecks(y, children)
             outputs = torch.stack([self._composed(x, y, c) for c in block.children])
             return fusion(y, outputs)

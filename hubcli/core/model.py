@@ -116,18 +116,16 @@ class AdapterModel(nn.Module):
         returns the fusion's name (`block.name`), under which it is activated, trained and
         saved like an adapter. Its components stay frozen. With `train_layernorm`, the fusion
         owns LayerNorm deltas too, starting at the mean of its components' (one component's
-        fusion then computes exactly what that component does).
+        fusion then computes exactly what that component does); a component that reads past
+        its Linear (another form) sees the LayerNorm with the fusion's deltas, as an adapter
+        in a stack sees its top's.
 
         Raises:
-            AdapterError: a component is not loaded or not of Houlsby's form, the fusion
-                exists already, or a site the base does not have.
+            AdapterError: a component is not loaded, the fusion exists already, or a site the
+                base does not have.
         """
         for n in names_in(block):
             self._require(n)
-            if getattr(self.infos[n].config, "needs_sublayer", False):
-                raise AdapterError(f"{n} reads {self.infos[n].config.reads} and adds back "
-                                   f"{self.infos[n].config.skip}: AdapterFusion mixes adapters "
-                                   "of Houlsby's form only (reads and skip both output)")
         name = block.name
         if name in self.infos:
             raise AdapterError(f"a fusion {name} is already loaded")

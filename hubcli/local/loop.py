@@ -68,8 +68,10 @@ def fingerprint(s, source, steps: int) -> dict[str, Any]:
     out = {name: _plain(getattr(s, name)) for name in names}
     if out["init_scale"] is None:  # the task's default: a resume replaces the initial weights
         del out["init_scale"]  # anyway, and checkpoints that recorded an older default resume
-    # a bottleneck's form only where it is not Houlsby's: checkpoints from before it resume
-    out.update({name: tap for name, tap in zip(("reads", "skip"), s.form) if tap != "output"})
+    # a bottleneck's form only where the run trains one and it is not Houlsby's: checkpoints
+    # from before forms (and before tagging's own) resume
+    if s.method == "houlsby" and not s.full_finetune and s.compose != "fuse":
+        out.update({name: tap for name, tap in zip(("reads", "skip"), s.form) if tap != "output"})
     train = Path(s.train)
     out.update(learning_rate=s.learning_rate, steps=steps, examples=source.examples,
                train_data=f"{train.name}, {train.stat().st_size} bytes")

@@ -267,12 +267,13 @@ class _Run:
             self.model = FullFinetuneModel(base.encoder, self.head)
             self.params = [p for p in self.model.parameters() if p.requires_grad]
         else:
+            reads, skip = s.form
             self.config = (LoraConfig(rank=s.rank, alpha=s.alpha, layers=s.layers)
                            if s.method == "lora" else
                            HoulsbyConfig(bottleneck=s.bottleneck, layers=s.layers,
                                          init_scale=task.adapter_init_scale
                                          if s.init_scale is None else s.init_scale,
-                                         reads=s.form[0], skip=s.form[1]))
+                                         reads=reads, skip=skip))
             self.model = AdapterModel(base.encoder)
             if self.components:
                 from hubcli.local.fuse import build

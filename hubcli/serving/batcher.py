@@ -101,17 +101,24 @@ class _Queue:
             self._changed.notify_all()
             return True
 
-    def take(self, fits: Callable[[Any], bool], timeout: float | None) -> Any:
-        """The head, waiting up to `timeout` seconds (None: as long as it takes) for one; None
-        if none came or the head does not fit (it stays the head)."""
+    def take(self, fits: Callable[[Any], bool], timeout: float | None, *,
+             give_up: Callable[[], bool] = lambda: False) -> Any:
+        """The head, waiting up to `timeout` seconds (None: as long as it takes) for one, or
+        until `give_up()` (checked when the queue changes or `wake` is called); None if none
+        came or the head does not fit (it stays the head)."""
         with self._changed:
-            if not self._changed.wait_for(lambda: self._items, timeout) \
-                    or not fits(self._items[0]):
+            self._changed.wait_for(lambda: self._items or give_up(), timeout)
+            if not self._items or not fits(self._items[0]):
                 return None
             item = self._items.popleft()
             self.tokens -= self._weigh(item)
             self._changed.notify_all()
             return item
+
+    def wake(self) -> None:
+        """Have waiting takers check `give_up` again."""
+        with self._changed:
+            self._changed.notify_all()
 
 
 class Batcher:
@@ -175,6 +182,8 @@ class Batcher:
         with self._counting:
             self._running += passes
             self._running_tokens += tokens
+        if passes < 0:
+            self._queue.wake()  # a worker is free: a gatherer waiting for company stops
 
     def _gather(self) -> list[_Pending] | None:
         """The next batch (None: stop): the first job waits as long as it takes; later ones
@@ -191,18 +200,22 @@ class Batcher:
         deadline = first.arrived + self.settings.max_wait_ms / 1000
         workers = self.settings.workers
 
+        def admits(more: int, queued: int) -> bool:
+            # within max_tokens and the batch's share of the house's work: queued (`more`
+            # included), running, and this batch's
+            total = tokens + more
+            return (total <= self.settings.max_tokens
+                    and total * workers <= queued + tokens + self._running_tokens)
+
         def fits(item: Any) -> bool:
-            if item is _STOP:
-                return False
-            more = tokens + item.job.tokens
-            # the house's work: queued (this item included), running, and this batch's
-            share = (self._queue.tokens + tokens + self._running_tokens) / workers
-            return more <= self.settings.max_tokens and more <= share
+            return item is not _STOP and admits(item.job.tokens, self._queue.tokens)
+
+        def waiting() -> bool:  # every other worker busy, and room for a one-token request
+            return self._running >= workers - 1 and admits(1, self._queue.tokens + 1)
 
         while True:
-            others_busy = self._running >= workers - 1
-            wait = max(deadline - time.monotonic(), 0) if others_busy else 0
-            nxt = self._queue.take(fits, wait)
+            wait = max(deadline - time.monotonic(), 0) if waiting() else 0
+            nxt = self._queue.take(fits, wait, give_up=lambda: not waiting())
             if nxt is None:
                 return batch
             batch.append(nxt)
