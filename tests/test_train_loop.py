@@ -191,6 +191,17 @@ def test_sigterm_writes_a_checkpoint_and_says_how_to_resume(tiny_base_dir, tmp_p
     assert max_difference(weights(out), uninterrupted[0]) < 1e-6
 
 
+def test_a_checkpoint_without_a_form_had_houlsbys_and_a_resume_says_so(tmp_path):
+    from hubcli.errors import OptionError
+    from hubcli.local import checkpoint
+
+    ckpt = tmp_path / "a.ckpt"
+    checkpoint.save(ckpt, {"fingerprint": {"task": "tagging", "seed": 0}})
+    assert checkpoint.load(ckpt, {"task": "tagging", "seed": 0})["fingerprint"]["seed"] == 0
+    with pytest.raises(OptionError, match="reads was 'output', now 'normed'"):
+        checkpoint.load(ckpt, {"task": "tagging", "seed": 0, "reads": "normed"})
+
+
 def test_the_checkpoint_fingerprint_names_a_bottleneck_form_only_where_it_is_not_houlsbys(
         tmp_path):
     """So a checkpoint written before forms (and per-task init scales) existed still resumes."""

@@ -57,6 +57,10 @@ def _as_tuple(value):
     return tuple(_as_tuple(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
+# Settings `loop.fingerprint` leaves out at these values: a checkpoint without one had it
+OMITTED_AT = {"reads": "output", "skip": "output"}
+
+
 def save(path: Path, state: dict[str, Any]) -> None:
     """Write `state` (plus the format version) to `path` atomically."""
     import torch
@@ -87,8 +91,9 @@ def load(path: Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
     if state.get("version") != VERSION:
         raise OptionError("--resume", path, f"checkpoint format {state.get('version')!r} is not "
                           f"{VERSION}", hint="remove it and train without --resume")
-    changed = [f"{k} was {state['fingerprint'].get(k)!r}, now {v!r}"
-               for k, v in fingerprint.items() if state["fingerprint"].get(k) != v]
+    recorded = {**OMITTED_AT, **state["fingerprint"]}
+    changed = [f"{k} was {recorded.get(k)!r}, now {v!r}"
+               for k, v in fingerprint.items() if recorded.get(k) != v]
     if changed:
         raise OptionError("--resume", path, "the checkpoint is from a run with other settings: "
                           + "; ".join(changed),
