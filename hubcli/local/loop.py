@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from hubcli.local import checkpoint, device, precision
 from hubcli.local.distributed import Group
+from hubcli.local.fuse import FUSE
 
 
 @dataclass
@@ -70,7 +71,7 @@ def fingerprint(s, source, steps: int) -> dict[str, Any]:
         del out["init_scale"]  # anyway, and checkpoints that recorded an older default resume
     # a bottleneck's form only where the run trains one and it is not Houlsby's: checkpoints
     # from before forms (and before tagging's own) resume
-    if s.method == "houlsby" and not s.full_finetune and s.compose != "fuse":
+    if s.method == "houlsby" and not s.full_finetune and s.compose != FUSE:
         out.update({name: tap for name, tap in zip(("reads", "skip"), s.form) if tap != "output"})
     train = Path(s.train)
     out.update(learning_rate=s.learning_rate, steps=steps, examples=source.examples,

@@ -18,6 +18,7 @@ from hubcli.local import device, distributed, precision
 from hubcli.errors import DataError, UsageError
 from hubcli.format.vocab import DEFAULT_MAX_LENGTH
 from hubcli.fsutil import sha256_file
+from hubcli.local.fuse import FUSE, FUSION_EPOCHS
 from hubcli.local.options import check_settings
 from hubcli.tasks import get_task
 from hubcli.tasks.base import Columns
@@ -76,7 +77,7 @@ class TrainSettings:
     def learning_rate(self) -> float:
         if self.lr is not None:
             return self.lr
-        return 5e-5 if self.full_finetune or self.compose == "fuse" else 1e-3
+        return 5e-5 if self.full_finetune or self.compose == FUSE else 1e-3
 
     @property
     def form(self) -> tuple[str, str]:
@@ -196,8 +197,6 @@ def _train(s: TrainSettings, task, train_ex, val_ex: list, labels: list[str],
         task.fit_loss(train_feats, s.batch_size)
         source = EpochBatches(train_feats, s.batch_size, s.seed, by_length=task.bucket_by_length)
     if s.epochs is None and s.max_steps is None:
-        from hubcli.local.fuse import FUSE, FUSION_EPOCHS
-
         s = replace(s, epochs=FUSION_EPOCHS if s.compose == FUSE else
                     auto_epochs(source.examples, s.batch_size * s.grad_accum))
     run = _Run(s, task, labels, base, log, components)
