@@ -217,3 +217,30 @@ def test_composed_adapters_are_not_exported_as_one_library_adapter(runs, tmp_pat
     assert r.exit_code == 1
     assert "stacked is a fusion or stack over sst-a 0.1.0" in r.stderr
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("labels", [("negative", "positive"), ("a", "b", "c")])
+def test_a_fusion_starts_from_the_component_trained_on_its_task(runs, tiny_base_dir, labels):
+    """With a component whose head predicts the fusion's labels, the fusion starts from that
+    adapter's head and LayerNorm deltas; with none, from a fresh head and the components'
+    mean LayerNorm deltas."""
+    from hubcli.base.load import load_base
+    from hubcli.core.heads import HeadConfig
+    from hubcli.core.model import AdapterModel
+    from hubcli.local.fuse import FUSE, build, load_components
+
+    base = load_base(str(tiny_base_dir))
+    model = AdapterModel(base.encoder)
+    components = load_components((str(runs / "sst-b"), str(runs / "sst-a")), runs / "x",
+                                 allow_unsigned=False, notify=lambda _m: None)
+    said = []
+    head = HeadConfig("sequence_classification", len(labels), labels)
+    own, _ = build(model, base.info, components, FUSE, "f", head, None, said.append)
+    twin = labels == ("negative", "positive")
+    for k, p in model.heads[own].state_dict().items():
+        assert torch.equal(p, model.heads["sst-b"].state_dict()[k]) == twin
+    for site in model.layernorm_sites.values():
+        b, a = site.deltas["sst-b"].weight_delta, site.deltas["sst-a"].weight_delta
+        assert torch.equal(site.deltas[own].weight_delta, b if twin else (a + b) / 2)
+    assert (["the fusion starts from sst-b's head and LayerNorms (its head predicts this "
+             "task's labels)"] if twin else []) == [m for m in said if "starts from" in m]

@@ -162,6 +162,21 @@ class AdapterModel(nn.Module):
                     getattr(site.deltas[name], pname).copy_(
                         torch.stack([getattr(d, pname) for d in own]).mean(0))
 
+    def start_head_at(self, name: str, source: str) -> None:
+        """Copy adapter `source`'s head weights into `name`'s (heads of one configuration):
+        a fusion over the adapter trained on its own task starts from the head that adapter
+        learnt, not from a random one.
+
+        Raises:
+            AdapterError: either has no head, or their heads differ in what they predict.
+        """
+        for n in (name, source):
+            if n not in self.heads:
+                raise AdapterError(f"adapter {n!r} has no head")
+        if self.infos[name].head.to_manifest() != self.infos[source].head.to_manifest():
+            raise AdapterError(f"the heads of {name} and {source} predict different things")
+        self.heads[name].load_state_dict(self.heads[source].state_dict())
+
     def name_composition(self, name: str, block: Block) -> None:
         """Let `activate(name)` route through `block` (a Stack or Fuse of loaded adapters, its
         fusions added): how a composed adapter is used by its own name.

@@ -1,5 +1,5 @@
 """Training over frozen components: `hub fuse` (AdapterFusion, Pfeiffer et al. 2021, stage
-two: fusion layers and a new head over frozen task adapters) and `hub train --stack` (MAD-X,
+two: fusion layers and a head over frozen task adapters) and `hub train --stack` (MAD-X,
 Pfeiffer et al. 2020: a task adapter trained on the output of a frozen language adapter).
 
 The components are verified and pinned (`compose.pin`) before the base loads; the adapter
@@ -18,6 +18,8 @@ from hubcli.format.vocab import FUSION
 from hubcli.local.compose import label, pin
 
 if TYPE_CHECKING:
+    from hubcli.core.heads import HeadConfig
+    from hubcli.core.model import AdapterModel
     from hubcli.signing.policy import VerifiedBundle
 
 FUSE, STACK = "fuse", "stack"
@@ -93,6 +95,8 @@ def build(model, base_info, components: list[Component], compose: str, name: str
           config, notify: Callable[[str], None]) -> tuple[str, dict[str, Any] | None]:
     """Attach the frozen components to `model`, add what is trained (a fusion over them with
     its head, or adapter `name` of `config` stacked on them) and activate the composition.
+    A fusion starts from the head and LayerNorm deltas of the component trained on its task
+    (`own_task_component`), when one is.
     Returns (the name its tensors are under, the fusion's architecture; None for a stack).
 
     Raises:
@@ -132,5 +136,29 @@ def build(model, base_info, components: list[Component], compose: str, name: str
         model.remove_adapter(own)
         own = model.add_fusion(block, head, train_layernorm=True,
                                sites=[(i, p) for i in layers for p in placement])
+    if (twin := own_task_component(model, components, head)) is not None:
+        # start from the adapter trained on this very task (its head and LayerNorms): the
+        # fusion then starts from a model that solves the task and learns what the others
+        # add, rather than re-learning a head over the mean of all of them
+        model.start_layernorm_at(own, [twin])
+        model.start_head_at(own, twin)
+        notify(f"the fusion starts from {twin}'s head and LayerNorms (its head predicts "
+               "this task's labels)")
     model.activate(block)
     return own, {"type": FUSION, "placement": placement, "layers": layers, "layernorm": "delta"}
+
+
+def own_task_component(model: AdapterModel, components: list[Component],
+                       head: HeadConfig | None) -> str | None:
+    """The first component whose head predicts what the fusion's does (type, labels,
+    pooling): the adapter trained on the fusion's own task, as in Pfeiffer et al.'s setting,
+    where the target task's adapter is one of those fused. None if no component's does."""
+    if head is None:
+        return None
+    wanted = head.to_manifest()
+    for c in components:
+        name = c.bundle.manifest["name"]
+        theirs = model.infos[name].head
+        if theirs is not None and theirs.to_manifest() == wanted:
+            return name
+    return None
