@@ -16,8 +16,9 @@ on the sentiment adapter (`hub train --stack`; goal: within 1 point of the plain
     python benchmarks/bench_fusion_stsb.py [--seeds 0,1,2] [--train-pairs 1000] [--epochs 5]
                                            [--out DIR] [--threads 2] [--json]
 
-The files are read from the installed package (`--stsb DIR` to point elsewhere); the STS-B
-layout is tab-separated with the score in column 5 and the sentences in columns 6 and 7.
+Adapters already trained in --out are reused, not retrained. The files are read from the
+installed package (`--stsb DIR` to point elsewhere); the STS-B layout is tab-separated with
+the score in column 5 and the sentences in columns 6 and 7.
 """
 
 from __future__ import annotations
