@@ -19,7 +19,7 @@ Figures printed (and with --json, one JSON object):
   --runs, taking turns): fused vs single (target: <= 1.3x)
 
     python benchmarks/bench_fusion.py [--out /tmp/bench-fusion] [--threads 1] [--runs 5]
-                                      [--rounds 3] [--speed-only]
+                                      [--rounds 3] [--seed 0] [--speed-only]
 """
 
 from __future__ import annotations
@@ -165,23 +165,24 @@ def train_throughput(data: dict[str, Path], root: Path, components: tuple[str, .
     return {n: round(statistics.median(v), 1) for n, v in speeds.items()}
 
 
-def quality(data: dict[str, Path], root: Path, components: tuple[str, ...]) -> None:
+def quality(data: dict[str, Path], root: Path, components: tuple[str, ...], seed: int) -> None:
     """Train the three adapters, the fusions (the paper's lr 5e-5, and 1e-3) and the stack."""
-    train(data, root / "same-topic", "pair_train", pair=True, epochs=10)
-    train(data, root / "topic", "topic_train", pair=False, epochs=3)
-    train(data, root / "sentiment", "sentiment_train", pair=False, epochs=3)
+    train(data, root / "same-topic", "pair_train", pair=True, epochs=10, seed=seed)
+    train(data, root / "topic", "topic_train", pair=False, epochs=3, seed=seed)
+    train(data, root / "sentiment", "sentiment_train", pair=False, epochs=3, seed=seed)
     train(data, root / "same-topic-fusion", "pair_train", pair=True, compose="fuse",
-          components=components)
+          components=components, seed=seed)
     train(data, root / "same-topic-fusion-lr1e-3", "pair_train", pair=True, compose="fuse",
-          components=components, lr=1e-3)
+          components=components, lr=1e-3, seed=seed)
     train(data, root / "same-topic-on-topic", "pair_train", pair=True, epochs=10,
-          compose="stack", components=(str(root / "topic"),))
+          compose="stack", components=(str(root / "topic"),), seed=seed)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, help="keep data and adapters here (default: temp)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0, help="data and training seed")
     parser.add_argument("--runs", type=int, default=5, help="hub predict runs per adapter")
     parser.add_argument("--rounds", type=int, default=3, help="throughput runs per variant")
     parser.add_argument("--speed-only", action="store_true",
@@ -194,11 +195,11 @@ def main() -> None:
     root = args.out or Path(tempfile.mkdtemp(prefix="bench-fusion-"))
     root.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HUB_HOME", str(root / "hub_home"))
-    data = write_data(root)
+    data = write_data(root, args.seed)
     print(f"data and adapters in {root}", flush=True)
     components = tuple(str(root / n) for n in ("same-topic", "topic", "sentiment"))
     if not args.speed_only:
-        quality(data, root, components)
+        quality(data, root, components, args.seed)
     figures = {
         "test_examples": 600,
         "accuracy": {n: round(test_accuracy(root / n, data), 4) for n in (

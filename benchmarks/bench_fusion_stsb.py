@@ -16,7 +16,8 @@ on the sentiment adapter (`hub train --stack`; goal: within 1 point of the plain
     python benchmarks/bench_fusion_stsb.py [--seeds 0,1,2] [--train-pairs 1000] [--epochs 5]
                                            [--out DIR] [--threads 2] [--json]
 
-Adapters already trained in --out are reused, not retrained. The files are read from the
+Adapters already trained in --out for the same seed, --train-pairs and --epochs are reused
+(each setting has its own folder); delete the folder after a code change. The files are read from the
 installed package (`--stsb DIR` to point elsewhere); the STS-B layout is tab-separated with
 the score in column 5 and the sentences in columns 6 and 7.
 """
@@ -53,8 +54,7 @@ def read_stsb(path: Path) -> list[tuple[str, str, str]]:
         f = line.split("\t")
         if len(f) < 7:
             sys.exit(f"{path}:{n}: expected 7 tab-separated fields, got {len(f)}")
-        a, b = (s.replace("\t", " ").strip() for s in f[5:7])
-        rows.append((a, b, f"{float(f[4]):.3f}"))
+        rows.append((f[5].strip(), f[6].strip(), f"{float(f[4]):.3f}"))
     return rows
 
 
@@ -137,8 +137,8 @@ def main() -> None:
     os.environ.setdefault("HUB_HOME", str(args.out / "hub_home"))
     results = {}
     for seed in (int(s) for s in args.seeds.split(",")):
-        results[seed] = run_seed(stsb, args.out / f"seed{seed}", seed, args.train_pairs,
-                                 args.epochs)
+        folder = args.out / f"seed{seed}-pairs{args.train_pairs}-epochs{args.epochs}"
+        results[seed] = run_seed(stsb, folder, seed, args.train_pairs, args.epochs)
         if not args.json:
             r = results[seed]
             print(f"seed {seed}: test Pearson single {r['stsb']['pearson']:.4f}, fusion "

@@ -220,10 +220,9 @@ def test_composed_adapters_are_not_exported_as_one_library_adapter(runs, tmp_pat
 
 
 @pytest.mark.parametrize("labels", [("negative", "positive"), ("a", "b", "c")])
-def test_a_fusion_starts_from_the_component_trained_on_its_task(runs, tiny_base_dir, labels):
-    """With a component whose head predicts the fusion's labels, the fusion starts from that
-    adapter's head and LayerNorm deltas; with none, from a fresh head and the components'
-    mean LayerNorm deltas."""
+def test_a_fusion_over_no_single_twin_starts_with_a_new_head(runs, tiny_base_dir, labels):
+    """Two components predict the fusion's labels (nothing tells which was trained on its
+    task), or none does: a fresh head, LayerNorm deltas at the components' mean."""
     from hubcli.base.load import load_base
     from hubcli.core.heads import HeadConfig
     from hubcli.core.model import AdapterModel
@@ -236,11 +235,53 @@ def test_a_fusion_starts_from_the_component_trained_on_its_task(runs, tiny_base_
     said = []
     head = HeadConfig("sequence_classification", len(labels), labels)
     own, _ = build(model, base.info, components, FUSE, "f", head, None, said.append)
-    twin = labels == ("negative", "positive")
-    for k, p in model.heads[own].state_dict().items():
-        assert torch.equal(p, model.heads["sst-b"].state_dict()[k]) == twin
+    fresh = model.heads[own].state_dict()
+    for n in ("sst-a", "sst-b"):
+        assert not any(torch.equal(p, model.heads[n].state_dict()[k]) for k, p in fresh.items())
     for site in model.layernorm_sites.values():
         b, a = site.deltas["sst-b"].weight_delta, site.deltas["sst-a"].weight_delta
-        assert torch.equal(site.deltas[own].weight_delta, b if twin else (a + b) / 2)
-    assert (["the fusion starts from sst-b's head and LayerNorms (its head predicts this "
-             "task's labels)"] if twin else []) == [m for m in said if "starts from" in m]
+        assert torch.equal(site.deltas[own].weight_delta, (a + b) / 2)
+    twins = labels == ("negative", "positive")
+    assert [m for m in said if "starts" in m] == (
+        ["the fusion starts with a new head: sst-b, sst-a all predict the same labels, so "
+         "none is taken as the adapter trained on this task"] if twins else [])
+
+
+def _component(name: str):
+    from types import SimpleNamespace
+
+    from hubcli.local.fuse import Component
+
+    return Component(SimpleNamespace(manifest={"name": name}), {})
+
+
+def test_a_fusion_starts_from_the_one_component_with_its_labels(tiny_base_dir):
+    """The twin's head, and its LayerNorms exactly: the base's where it has no deltas (a LoRA
+    twin), not the other components' mean; a composed component counts by its owner's head."""
+    from hubcli.base.load import load_base
+    from hubcli.core.composition import Fuse
+    from hubcli.core.config import HoulsbyConfig, LoraConfig
+    from hubcli.core.heads import HeadConfig
+    from hubcli.core.model import AdapterModel
+    from hubcli.local.fuse import own_task_component
+
+    model = AdapterModel(load_base(str(tiny_base_dir)).encoder)
+    sentiment = HeadConfig("sequence_classification", 2, ("negative", "positive"))
+    other = HeadConfig("sequence_classification", 3, ("a", "b", "c"))
+    model.add_adapter("lo", LoraConfig(rank=2), sentiment)
+    model.add_adapter("ho", HoulsbyConfig(bottleneck=4), other)
+    with torch.no_grad():
+        for site in model.layernorm_sites.values():
+            site.deltas["ho"].weight_delta.fill_(0.5)
+    block = Fuse("lo", "ho")
+    own = model.add_fusion(block, sentiment, train_layernorm=True)
+    assert own_task_component(model, [_component("lo"), _component("ho")], sentiment) == ("lo", [])
+    model.start_from(own, "lo")
+    for k, p in model.heads[own].state_dict().items():
+        assert torch.equal(p, model.heads["lo"].state_dict()[k])
+    for site in model.layernorm_sites.values():
+        assert not site.deltas[own].weight_delta.any() and not site.deltas[own].bias_delta.any()
+    model.name_composition("fz", block)  # a fusion attached as a component, by its name
+    assert own_task_component(model, [_component("ho"), _component("fz")], sentiment) == ("fz", [])
+    assert own_task_component(model, [_component("lo"), _component("fz")], sentiment) == (
+        None, ["lo", "fz"])

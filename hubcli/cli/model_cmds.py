@@ -196,7 +196,8 @@ def train_cmd(train_path, fmt, text_column, text_pair_column, label_column, laye
 @output_options
 def fuse_cmd(adapters, train_path, fmt, text_column, text_pair_column, label_column, as_json,
              **opts) -> None:
-    """Train an AdapterFusion over frozen adapters: fusion layers and a new head only."""
+    """Train an AdapterFusion over frozen adapters: only the fusion layers, LayerNorm deltas
+    and a head (starting from the head of the one component that predicts the same labels)."""
     from hubcli.local.train import TrainSettings
 
     refs = tuple(a.strip() for a in adapters.split(",") if a.strip())

@@ -162,10 +162,10 @@ class AdapterModel(nn.Module):
                     getattr(site.deltas[name], pname).copy_(
                         torch.stack([getattr(d, pname) for d in own]).mean(0))
 
-    def start_head_at(self, name: str, source: str) -> None:
-        """Copy adapter `source`'s head weights into `name`'s (heads of one configuration):
-        a fusion over the adapter trained on its own task starts from the head that adapter
-        learnt, not from a random one.
+    def start_from(self, name: str, source: str) -> None:
+        """Set `name`'s head and LayerNorm deltas to adapter `source`'s (the base's LayerNorms
+        where `source` has no deltas): a fusion over the adapter trained on its own task
+        starts from what that adapter learnt, not from a random head.
 
         Raises:
             AdapterError: either has no head, or their heads differ in what they predict.
@@ -176,6 +176,16 @@ class AdapterModel(nn.Module):
         if self.infos[name].head.to_manifest() != self.infos[source].head.to_manifest():
             raise AdapterError(f"the heads of {name} and {source} predict different things")
         self.heads[name].load_state_dict(self.heads[source].state_dict())
+        with torch.no_grad():
+            for site in self.layernorm_sites.values():
+                if name not in site.deltas:
+                    continue
+                for pname in ("weight_delta", "bias_delta"):
+                    own = getattr(site.deltas[name], pname)
+                    if source in site.deltas:
+                        own.copy_(getattr(site.deltas[source], pname))
+                    else:
+                        own.zero_()
 
     def name_composition(self, name: str, block: Block) -> None:
         """Let `activate(name)` route through `block` (a Stack or Fuse of loaded adapters, its
