@@ -263,7 +263,7 @@ def test_a_fusion_starts_from_the_one_component_with_its_labels(tiny_base_dir):
     from hubcli.core.config import HoulsbyConfig, LoraConfig
     from hubcli.core.heads import HeadConfig
     from hubcli.core.model import AdapterModel
-    from hubcli.local.fuse import own_task_component
+    from hubcli.local.fuse import same_head
 
     model = AdapterModel(load_base(str(tiny_base_dir)).encoder)
     sentiment = HeadConfig("sequence_classification", 2, ("negative", "positive"))
@@ -275,13 +275,13 @@ def test_a_fusion_starts_from_the_one_component_with_its_labels(tiny_base_dir):
             site.deltas["ho"].weight_delta.fill_(0.5)
     block = Fuse("lo", "ho")
     own = model.add_fusion(block, sentiment, train_layernorm=True)
-    assert own_task_component(model, [_component("lo"), _component("ho")], sentiment) == ("lo", [])
+    assert same_head(model, [_component("lo"), _component("ho")], sentiment) == [("lo", "lo")]
     model.start_from(own, "lo")
     for k, p in model.heads[own].state_dict().items():
         assert torch.equal(p, model.heads["lo"].state_dict()[k])
     for site in model.layernorm_sites.values():
         assert not site.deltas[own].weight_delta.any() and not site.deltas[own].bias_delta.any()
     model.name_composition("fz", block)  # a fusion attached as a component, by its name
-    assert own_task_component(model, [_component("ho"), _component("fz")], sentiment) == ("fz", [])
-    assert own_task_component(model, [_component("lo"), _component("fz")], sentiment) == (
-        None, ["lo", "fz"])
+    assert same_head(model, [_component("ho"), _component("fz")], sentiment) == [("fz", own)]
+    assert same_head(model, [_component("lo"), _component("fz")], sentiment) == [
+        ("lo", "lo"), ("fz", own)]

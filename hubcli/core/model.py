@@ -149,18 +149,23 @@ class AdapterModel(nn.Module):
         self.infos[name] = AdapterInfo(block, head)
         return name
 
-    def start_layernorm_at(self, name: str, components: Iterable[str]) -> None:
-        """Set `name`'s LayerNorm deltas to the mean of `components`' (where they have any):
-        a fusion, or an adapter stacked on them, then starts from the LayerNorms its frozen
-        components were trained with, not from the base's."""
+    def start_layernorm_at(self, name: str, components: Iterable[str], *,
+                           base_where_absent: bool = False) -> None:
+        """Set `name`'s LayerNorm deltas to the mean of `components`' (where they have any;
+        elsewhere, with `base_where_absent`, to zero: the base's): a fusion, or an adapter
+        stacked on them, then starts from the LayerNorms its frozen components were trained
+        with, not from the base's."""
         for site in self.layernorm_sites.values():
-            own = [site.deltas[n] for n in components if n in site.deltas]
-            if name not in site.deltas or not own:
+            if name not in site.deltas:
                 continue
+            own = [site.deltas[n] for n in components if n in site.deltas]
             with torch.no_grad():
                 for pname in ("weight_delta", "bias_delta"):
-                    getattr(site.deltas[name], pname).copy_(
-                        torch.stack([getattr(d, pname) for d in own]).mean(0))
+                    mine = getattr(site.deltas[name], pname)
+                    if own:
+                        mine.copy_(torch.stack([getattr(d, pname) for d in own]).mean(0))
+                    elif base_where_absent:
+                        mine.zero_()
 
     def start_from(self, name: str, source: str) -> None:
         """Set `name`'s head and LayerNorm deltas to adapter `source`'s (the base's LayerNorms
@@ -176,16 +181,7 @@ class AdapterModel(nn.Module):
         if self.infos[name].head.to_manifest() != self.infos[source].head.to_manifest():
             raise AdapterError(f"the heads of {name} and {source} predict different things")
         self.heads[name].load_state_dict(self.heads[source].state_dict())
-        with torch.no_grad():
-            for site in self.layernorm_sites.values():
-                if name not in site.deltas:
-                    continue
-                for pname in ("weight_delta", "bias_delta"):
-                    own = getattr(site.deltas[name], pname)
-                    if source in site.deltas:
-                        own.copy_(getattr(site.deltas[source], pname))
-                    else:
-                        own.zero_()
+        self.start_layernorm_at(name, [source], base_where_absent=True)
 
     def name_composition(self, name: str, block: Block) -> None:
         """Let `activate(name)` route through `block` (a Stack or Fuse of loaded adapters, its

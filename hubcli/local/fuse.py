@@ -95,15 +95,15 @@ def build(model, base_info, components: list[Component], compose: str, name: str
           config, notify: Callable[[str], None]) -> tuple[str, dict[str, Any] | None]:
     """Attach the frozen components to `model`, add what is trained (a fusion over them with
     its head, or adapter `name` of `config` stacked on them) and activate the composition.
-    A fusion starts from the head and LayerNorm deltas of the component trained for its
-    labels (`own_task_component`), when exactly one is.
+    A fusion starts from the head and LayerNorm deltas of the one component whose head
+    predicts the same labels (`same_head`), when exactly one does.
     Returns (the name its tensors are under, the fusion's architecture; None for a stack).
 
     Raises:
         BaseMismatchError: a component's base is not the loaded one; before its weights load.
         OptionError: a stacked adapter without LayerNorm deltas on components with them.
     """
-    from hubcli.core.composition import Fuse, Stack, names_in, owner
+    from hubcli.core.composition import Fuse, Stack, names_in
     from hubcli.local.attach import attach
 
     blocks = []
@@ -136,38 +136,37 @@ def build(model, base_info, components: list[Component], compose: str, name: str
         model.remove_adapter(own)
         own = model.add_fusion(block, head, train_layernorm=True,
                                sites=[(i, p) for i in layers for p in placement])
-    twin, others = own_task_component(model, components, head)
-    if twin is not None:
-        # start from the head and LayerNorms of the adapter trained for these labels: the
-        # fusion then refines that adapter's solution instead of re-learning a random head
-        # over the components' mean LayerNorms (README: 0.7940 vs 0.7825 test Pearson on STS-B)
-        model.start_from(own, owner(model.compositions.get(twin, twin)))
+    matching = same_head(model, components, head)
+    if len(matching) == 1:
+        # start from the head and LayerNorms of the adapter trained for these labels (the
+        # paper's setting: the target task's adapter is one of those fused): the fusion then
+        # refines its solution instead of re-learning a random head over the components'
+        # mean LayerNorms (README: 0.7940 vs 0.7825 test Pearson on STS-B)
+        (twin, source), = matching
+        model.start_from(own, source)
         notify(f"the fusion starts from {twin}'s head and LayerNorms (its head predicts the "
                "same labels)")
-    elif others:
-        notify(f"the fusion starts with a new head: {', '.join(others)} all predict the same "
-               "labels, so none is taken as the adapter trained on this task")
+    elif matching:  # nothing tells which of them was trained on this task
+        notify(f"the fusion starts with a new head: {', '.join(n for n, _ in matching)} all "
+               "predict the same labels, so none is taken as the adapter trained on this task")
     model.activate(block)
     return own, {"type": FUSION, "placement": placement, "layers": layers, "layernorm": "delta"}
 
 
-def own_task_component(model: AdapterModel, components: list[Component],
-                       head: HeadConfig | None) -> tuple[str | None, list[str]]:
-    """(the one component whose head predicts what the fusion's does: type, labels,
-    pooling; None if none or several do, the names of those several). That component is
-    taken as the adapter trained on the fusion's own task, Pfeiffer et al.'s setting, where
-    the target task's adapter is one of those fused; with several (two regression adapters,
-    say) nothing tells which it is."""
+def same_head(model: AdapterModel, components: list[Component],
+              head: HeadConfig | None) -> list[tuple[str, str]]:
+    """(component name, the adapter whose head it predicts with) for each component whose
+    head predicts what `head` does (type, labels, pooling); a composed component (a fusion,
+    a stack) predicts with its owner's."""
     from hubcli.core.composition import owner
 
     if head is None:
-        return None, []
-    wanted = head.to_manifest()
+        return []
     matching = []
     for c in components:
         name = c.bundle.manifest["name"]
-        # a composed component (a fusion, a stack) predicts with its owner's head
-        theirs = model.infos[owner(model.compositions.get(name, name))].head
-        if theirs is not None and theirs.to_manifest() == wanted:
-            matching.append(name)
-    return (matching[0], []) if len(matching) == 1 else (None, matching)
+        source = owner(model.compositions.get(name, name))
+        theirs = model.infos[source].head
+        if theirs is not None and theirs.to_manifest() == head.to_manifest():
+            matching.append((name, source))
+    return matching
