@@ -7,6 +7,9 @@ batch of 64 short sentences from the shipped sentiment sample:
 - bare:     the same batch through the untouched base (encoder only)
 - naive:    the mixed batch the naive way: group rows by adapter, one pass per group
 - parallel: Parallel of 4 adapters in one routed pass, vs 4 separate passes (sep4)
+- parallel_top{K}: the same for 4 adapters in the top K layers only (`--top`, AdapterDrop's
+            adapters, LayerNorm deltas in those layers only: nothing below), which Parallel runs
+            once for all four, vs their 4 separate passes (sep4_top{K})
 - fuse:     a Fuse of 3 adapters (activate), vs bare
 
 The variants run interleaved (A B C ... A B C ...), `--repeats` rounds, so a noisy neighbour
@@ -14,7 +17,7 @@ slows them alike; the best and the median of each are printed with the ratios th
 issue sets targets for (mixed/one >= 0.85 and mixed/bare >= 0.75 in throughput, sep4/parallel
 >= 2, fuse/bare <= 1.5 in time).
 
-    python benchmarks/bench_routing.py [--repeats 9] [--threads N]
+    python benchmarks/bench_routing.py [--repeats 9] [--threads N] [--top 1,2,3]
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def build(n_adapters: int):
+def build(n_adapters: int, tops: list[int]):
     import torch
 
     from hubcli.base.load import load_base
@@ -46,6 +49,12 @@ def build(n_adapters: int):
         model.add_adapter(n, HoulsbyConfig(bottleneck=64, init_scale=0.05), head)
     fuse = Fuse(*names[:3])
     model.add_fusion(fuse, head)
+    n_layers = model.num_layers
+    for top in tops:
+        for k in range(4):
+            model.add_adapter(f"top{top}_{k}", HoulsbyConfig(
+                bottleneck=64, init_scale=0.05, layers=tuple(range(n_layers - top, n_layers)),
+                layernorm="own-layers"), head)
     model.eval()
     return base, model, names, fuse
 
@@ -63,14 +72,17 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--top", default="1,2,3",
+                    help="layer counts K for the parallel_topK variants (comma-separated)")
     args = ap.parse_args()
+    tops = [int(k) for k in args.top.split(",") if k]
     import torch
 
     from hubcli.core.composition import Parallel
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    base, model, names, fuse = build(8)
+    base, model, names, fuse = build(8, tops)
     texts = sentences(args.batch)
     batch = dict(base.tokenizer(texts, padding=True, truncation=True, max_length=128,
                                 return_tensors="pt"))
@@ -94,20 +106,26 @@ def main() -> None:
             model.activate(n)
             model(**{k: v[rows] for k, v in batch.items()})
 
-    def parallel():
-        model.forward_parallel(**batch, block=four)
+    def parallel_of(block):
+        return lambda: model.forward_parallel(**batch, block=block)
 
-    def sep4():
-        for n in four.children:
-            model.activate(n)
-            model(**batch)
+    def separately(block):
+        def run():
+            for n in block.children:
+                model.activate(n)
+                model(**batch)
+        return run
 
     def fused():
         model.activate(fuse)
         model(**batch)
 
     variants = {"mixed": mixed, "one": one, "bare": bare, "naive": naive,
-                "parallel": parallel, "sep4": sep4, "fuse": fused}
+                "parallel": parallel_of(four), "sep4": separately(four), "fuse": fused}
+    for top in tops:
+        block = Parallel(*(f"top{top}_{k}" for k in range(4)))
+        variants[f"parallel_top{top}"] = parallel_of(block)
+        variants[f"sep4_top{top}"] = separately(block)
     times: dict[str, list[float]] = {k: [] for k in variants}
     with torch.inference_mode():
         for f in variants.values():  # warm-up: stacks built, kernels chosen
@@ -125,6 +143,8 @@ def main() -> None:
                 "mixed_vs_bare_throughput": round(t["bare"] / t["mixed"], 3),
                 "mixed_vs_naive_throughput": round(t["naive"] / t["mixed"], 3),
                 "parallel4_speedup_vs_4_passes": round(t["sep4"] / t["parallel"], 3),
+                **{f"parallel4_top{top}_speedup_vs_4_passes":
+                   round(t[f"sep4_top{top}"] / t[f"parallel_top{top}"], 3) for top in tops},
                 "fuse3_time_vs_bare": round(t["fuse"] / t["bare"], 3)}
 
     print(json.dumps({

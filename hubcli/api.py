@@ -96,12 +96,12 @@ class AdapterHub:
                 the texts'.
         """
         from hubcli.errors import AdapterError
-        from hubcli.local.inference import Predictor, run_routed
+        from hubcli.local.inference import Predictor, run_parallel, run_routed
 
         if isinstance(compose, Parallel):
             groups = [self._group(n, texts, range(j * len(texts), (j + 1) * len(texts)))
                       for j, n in enumerate(compose.children)]
-            flat = run_routed(self.model, self.base.tokenizer, groups)
+            flat = run_parallel(self.model, self.base.tokenizer, groups)
             return [{n: flat[j * len(texts) + i] for j, n in enumerate(compose.children)}
                     for i in range(len(texts))]
         if isinstance(adapter, list):
@@ -154,9 +154,9 @@ def predict_each(folders: list[Path], texts: list[str], *, base: str | None = No
                  allow_unsigned: bool = False, allow_base_mismatch: bool = False,
                  notify: Callable[[str], None] = lambda _m: None
                  ) -> tuple[AdapterHub, list[str], list[dict]]:
-    """Every text through every adapter in `folders`, in one routed pass per batch (the
-    Parallel of them all): (the hub, adapter names, {name: prediction} per text). The base is
-    `base`, else the one the first adapter was trained on.
+    """Every text through every adapter in `folders`, the Parallel of them all (the layers
+    below every adapter run once): (the hub, adapter names, {name: prediction} per text).
+    The base is `base`, else the one the first adapter was trained on.
 
     Raises:
         SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError.

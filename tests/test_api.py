@@ -78,9 +78,13 @@ def test_predict_with_parallel_equals_each_adapter_separately(three_adapters, ti
         hub.load(three_adapters / name, allow_unsigned=True)
     texts = ["Angela loved Paris", "a dull film"]
     together = hub.predict(texts, compose=Parallel("sst", "ner", "lora"))
+    # with the base in it, the rows are routed as one mixed batch instead (no shared trunk)
+    routed = hub.predict(texts, compose=Parallel("sst", "__base__"))
     for name in ("sst", "ner", "lora"):
         separate = hub.predict(texts, adapter=name)
         assert all(close(row[name], s) for row, s in zip(together, separate)), name
+    assert all(close(row["sst"], s) for row, s in zip(routed, hub.predict(texts, adapter="sst")))
+    assert all(len(row["__base__"]["embedding"]) == 32 for row in routed)
 
 
 def test_base_rows_get_the_base_sentence_embedding_beside_adapter_rows(three_adapters,

@@ -194,6 +194,36 @@ def test_a_bottleneck_form_trains_predicts_and_records_itself(tiny_base_dir, tmp
         in bad.output
 
 
+def test_an_adapter_in_the_top_layer_trains_its_own_layernorms_and_shares_the_rest(
+        tiny_base_dir, tmp_path):
+    """--layers 1 --layernorm own-layers: deltas on layer 1's LayerNorms only, so a Parallel
+    of two such adapters runs layer 0 once and predicts what each predicts alone."""
+    from hubcli.api import AdapterHub
+    from hubcli.bundle.card import render_model_card
+    from hubcli.core.composition import Parallel
+
+    train, dev = sample_dataset()
+    for seed in (0, 1):
+        result = run("train", "--layers", "1", "--layernorm", "own-layers", "--bottleneck", 8,
+                     "--base", tiny_base_dir, "--train", train, "--validation", dev,
+                     "--out", tmp_path / f"top{seed}", "--epochs", 1, "--max-length", 32,
+                     "--seed", seed, "--quiet")
+        assert result.exit_code == 0, result.output
+    arch = manifest_io.read(tmp_path / "top0")["architecture"]
+    assert (arch["layers"], arch["layernorm"]) == ([1], "own-layers")
+    assert "| LayerNorm | trained as deltas on the base's, in the adapter's layers only |" \
+        in render_model_card(manifest_io.read(tmp_path / "top0"))
+    hub = AdapterHub(base=str(tiny_base_dir))
+    for seed in (0, 1):
+        hub.load(tmp_path / f"top{seed}", name=f"top{seed}")
+    assert hub.model.first_layer_acting(["top0", "top1"]) == 1
+    texts = ["a gripping film", "dull and long"]
+    together = hub.predict(texts, compose=Parallel("top0", "top1"))
+    for seed in (0, 1):
+        alone = hub.predict(texts, adapter=f"top{seed}")
+        assert [r[f"top{seed}"]["label"] for r in together] == [r["label"] for r in alone]
+
+
 def test_full_finetune_writes_a_model_folder_not_an_adapter(tiny_base_dir, tmp_path):
     train, dev = sample_dataset()
     out = tmp_path / "full"

@@ -101,15 +101,23 @@ def test_layernorm_delta_shifts_gamma_and_beta(base, batch):
     assert torch.allclose(site(x), expected)
 
 
-def test_tensor_names_match_the_torch_free_spec(base):
+@pytest.mark.parametrize("layernorm, deltas", [
+    ("delta", {"layers.0.attention_output", "layers.0.ffn_output", "layers.1.attention_output",
+               "layers.1.ffn_output", "embeddings"}),
+    ("own-layers", {"layers.1.attention_output", "layers.1.ffn_output"}),
+    ("frozen", set())])
+def test_tensor_names_match_the_torch_free_spec(base, layernorm, deltas):
     model = AdapterModel(base.encoder)
-    config = HoulsbyConfig(bottleneck=4, layers=(1,))
+    config = HoulsbyConfig(bottleneck=4, layers=(1,), layernorm=layernorm)
     model.add_adapter("a", config, HEAD)
     manifest = {"base_model": {"hidden_size": 32, "num_layers": 2},
                 "architecture": config.to_manifest(2), "head": HEAD.to_manifest()}
+    assert manifest["architecture"]["layernorm"] == layernorm
     actual = {k: tuple(v.shape) for k, v in model.adapter_state_dict("a").items()}
     assert actual == expected_tensors(manifest)
     assert not any(k.startswith("adapters.0.") for k in actual)
+    assert {k[len("layernorm."):].rsplit(".", 1)[0] for k in actual
+            if k.startswith("layernorm.")} == deltas
 
 
 def test_named_adapter_management_errors(base):

@@ -39,6 +39,35 @@ def test_parallel_equals_running_each_adapter_separately(model, base):
             assert torch.allclose(together[name], alone, atol=1e-5, rtol=0), name
 
 
+@pytest.mark.parametrize("texts", [TEXTS[:5], ["same length", "also same"]],
+                         ids=["padded", "unpadded"])
+def test_parallel_runs_the_layers_below_its_adapters_once(model, base, texts):
+    """Adapters that leave layer 0 out (no adapter, no LayerNorm delta there; AdapterDrop):
+    layer 0 runs once over the batch, not once per adapter, and every output still equals
+    that adapter's own pass."""
+    model.add_adapter("up1", HoulsbyConfig(bottleneck=8, layers=(1,), layernorm="own-layers"), SEQ)
+    model.add_adapter("up2", LoraConfig(rank=4, layers=(1,)), TAGS)
+    for k, name in enumerate(("up1", "up2")):
+        _randomise(model, name, seed=10 + k)
+    assert model.first_layer_acting(["up1", "up2"]) == 1
+    assert model.first_layer_acting(["up2", "c"]) == 0  # LoRA "c" has layer 0
+    assert model.first_layer_acting(["up1", "a"]) is None  # "a" has embedding deltas
+    batch = encode(base.tokenizer, texts)
+    rows = {}
+    for i, layer in enumerate(model.encoder.encoder.layer):
+        layer.register_forward_hook(lambda _m, _a, out, i=i: rows.setdefault(i, []).append(
+            out.shape[0]))
+    with torch.inference_mode():
+        together = model.forward_parallel(**batch, block=Parallel("up1", "up2"))
+        mask = batch["attention_mask"]
+        once = len(texts) if bool(mask.all()) else int(mask.sum())  # rows, or packed tokens
+        assert rows == {0: [once], 1: [once, once]}
+        for name in ("up1", "up2"):
+            model.activate(name)
+            alone = model(**batch)
+            assert torch.allclose(together[name], alone, atol=1e-5, rtol=0), name
+
+
 def test_stack_applies_the_second_adapter_on_the_firsts_output(model, base):
     site = model.adapter_sites[(0, "ffn_output")]
     x = torch.randn(2, 3, 64)

@@ -34,7 +34,7 @@ def add_houlsby_set(model: AdapterModel) -> list[str]:
         (HoulsbyConfig(bottleneck=4), HeadConfig("sequence_classification", 3, ("a", "b", "c"))),
         (HoulsbyConfig(bottleneck=16, layers=(1,)), SEQ),
         (HoulsbyConfig(bottleneck=8, non_linearity="relu"), HeadConfig("regression", 1)),
-        (HoulsbyConfig(bottleneck=8, train_layernorm=False), SEQ),
+        (HoulsbyConfig(bottleneck=8, layernorm="frozen"), SEQ),
         (HoulsbyConfig(bottleneck=2, placement=("ffn_output",)), HeadConfig(
             "token_classification", 5, ("O", "B-PER", "I-PER", "B-LOC", "I-LOC"))),
         (HoulsbyConfig(bottleneck=8, non_linearity="tanh"), HeadConfig("question_answering", 2)),

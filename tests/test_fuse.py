@@ -179,15 +179,20 @@ def test_stacked_adapter_requires_its_base_adapter_and_runs_on_top_of_it(runs):
     assert stacked != alone
 
 
-def test_a_lora_adapter_is_not_stacked_on_one_with_layernorm_deltas(runs, tmp_path):
-    """The stack runs with the top adapter's LayerNorms: a LoRA has none, so the Houlsby
-    adapter below would run under the base's instead of its own."""
+@pytest.mark.parametrize("options, refused", [
+    (["--method", "lora"], "--method lora"),
+    (["--layers", "1", "--layernorm", "own-layers"], "--layernorm own-layers")])
+def test_no_adapter_is_stacked_on_one_with_layernorm_deltas_it_lacks(runs, tmp_path, options,
+                                                                     refused):
+    """The stack runs with the top adapter's LayerNorms: a LoRA has none, a Houlsby adapter
+    with own-layers none below its layers, so the adapter below would run under the base's
+    there instead of its own."""
     train, dev = sample_dataset()
-    r = run("train", "--stack", runs / "sst-a", "--method", "lora", "--train", train,
+    r = run("train", "--stack", runs / "sst-a", *options, "--train", train,
             "--validation", dev, "--epochs", 1, "--out", tmp_path / "x")
     assert r.exit_code == 1
-    assert ("error: --method lora: sst-a trained LayerNorm deltas, and a stack runs with its "
-            "top adapter's, which this method has none of") in r.output.splitlines()
+    assert (f"error: {refused}: sst-a trained LayerNorm deltas where this adapter has none, "
+            "and a stack runs with its top adapter's") in r.output.splitlines()
     assert not (tmp_path / "x").exists()
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hubcli.format.manifest import weights_file
-from hubcli.format.vocab import bottleneck_form
+from hubcli.format.vocab import LAYERNORM_WORDS, bottleneck_form
 
 LIBRARY_NAME = "adapter-hub"
 ADAPTER_TAG = "houlsby-adapter"
@@ -80,7 +80,7 @@ def _fmt(value: Any) -> str:
 def _summary(m: dict[str, Any]) -> list[str]:
     names = m["head"]["labels"]
     labels = f" ({len(names)} labels: {', '.join(names)})" if names else ""
-    deltas = ", the LayerNorm deltas" if m["architecture"]["layernorm"] == "delta" else ""
+    deltas = ", the LayerNorm deltas" if m["architecture"]["layernorm"] != "frozen" else ""
     lines = [f"# {m['name']}", "",
              f"A {_METHOD_WORDS[m['architecture']['type']]}, version {m['version']}, for "
              f"{TASK_WORDS[m['task']]}"
@@ -123,8 +123,7 @@ def _details(m: dict[str, Any]) -> list[str]:
         ("Base content hash", f"`{base['content_hash']}`"),
         ("Tokenizer hash", f"`{base['tokenizer_hash']}`"),
         *_method_rows(arch),
-        ("LayerNorm", "trained as deltas on the base" if arch["layernorm"] == "delta"
-                      else "frozen"),
+        ("LayerNorm", LAYERNORM_WORDS[arch["layernorm"]]),
         ("Head", f"{head['type']}, {head['num_outputs']} outputs"
                  + (f", {head['pooling']} pooling" if head.get("pooling") else "")),
         ("Trainable parameters", f"{params['trainable']:,} = {params['share'] * 100:.2f}% of "

@@ -10,7 +10,7 @@ import click
 from hubcli.local import precision
 from hubcli.cli.output import echo_json, echo_text, notice, table
 from hubcli.errors import OptionError, UsageError
-from hubcli.format.vocab import HOULSBY_TAPS, TASKS
+from hubcli.format.vocab import HOULSBY_TAPS, LAYERNORM_MODES, TASKS
 
 TASK_CHOICES = list(TASKS)
 
@@ -117,6 +117,10 @@ def training_data_options(f):
               "[default: output, tagging normed]")
 @click.option("--skip", type=click.Choice(HOULSBY_TAPS), default="output", show_default=True,
               help="houlsby: what the adapter's skip connection adds back, in --reads' words")
+@click.option("--layernorm", type=click.Choice(LAYERNORM_MODES), default="delta",
+              show_default=True, help="houlsby: LayerNorms trained as deltas on the base's: "
+              "delta, every one (Houlsby); own-layers, those of --layers only, so the layers "
+              "below stay the base's (AdapterDrop: Parallel runs them once for all); frozen, none")
 @click.option("--rank", type=click.IntRange(min=1), default=8, show_default=True,
               help="lora: rank r")
 @click.option("--alpha", type=click.FloatRange(min=0, min_open=True), default=16.0,

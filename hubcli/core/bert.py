@@ -56,6 +56,19 @@ class Packing(NamedTuple):
         return t.reshape(self.rows * self.n, -1).index_select(0, self.keep)
 
 
+class Hidden(NamedTuple):
+    """Hidden states part-way through the encoder, with the mask and packing the next layers
+    need: padded [rows, n, d], or packed [tokens, d]."""
+
+    h: torch.Tensor
+    mask: torch.Tensor | None     # (rows, 1, 1, keys) bool, None without padding
+    packing: Packing | None
+
+    def padded(self) -> torch.Tensor:
+        """[rows, n, d], zeros at the padding."""
+        return self.h if self.packing is None else self.packing.pad(self.h)
+
+
 def supports(config: dict, model_dir: Path) -> bool:
     """True when this module reproduces the model in `model_dir` exactly."""
     return (config.get("model_type") == "bert"
@@ -196,16 +209,28 @@ class CompactBert(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> EncoderOutput:
         """Last hidden states [rows, n, d]; zeros at padded positions (which no head reads)."""
+        return EncoderOutput(self.run(self.embed(input_ids, attention_mask, token_type_ids))
+                             .padded())
+
+    def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+              token_type_ids: torch.Tensor | None = None) -> Hidden:
+        """The embeddings' output, ready for `run`."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         mask = packing = None
         if attention_mask is not None and not bool(attention_mask.all()):
             mask = attention_mask.bool()[:, None, None, :]  # (batch, 1, 1, keys)
             packing = Packing.of(attention_mask)
-        h = self.embeddings(input_ids, token_type_ids, packing)
-        for layer in self.encoder.layer:
-            h = layer(h, mask, packing)
-        return EncoderOutput(h if packing is None else packing.pad(h))
+        return Hidden(self.embeddings(input_ids, token_type_ids, packing), mask, packing)
+
+    def run(self, x: Hidden, start: int = 0, stop: int | None = None) -> Hidden:
+        """Layers `start` to `stop` (default: the last) on `x`: a forward pass in parts, so
+        that several continuations can share the layers below them
+        (`AdapterModel.forward_parallel`)."""
+        h = x.h
+        for layer in self.encoder.layer[start:stop]:
+            h = layer(h, x.mask, x.packing)
+        return x._replace(h=h)
 
     @classmethod
     def from_pretrained(cls, model_dir: Path, config: dict) -> "CompactBert":

@@ -1,7 +1,7 @@
 """What an adapter is, per method: its shape, placement and initialisation.
 
 Each method is one frozen dataclass with the same small interface (`method`, `placement`,
-`train_layernorm`, `resolved_layers`, `to_manifest`, `from_manifest`); `config_from_manifest`
+`layernorm`, `resolved_layers`, `to_manifest`, `from_manifest`); `config_from_manifest`
 picks the class by the manifest's `architecture.type`.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Union
 
-from hubcli.format.vocab import ACTIVATIONS, HOULSBY_TAPS, METHOD_PLACEMENTS
+from hubcli.format.vocab import ACTIVATIONS, HOULSBY_TAPS, LAYERNORM_MODES, METHOD_PLACEMENTS
 
 PLACEMENTS = METHOD_PLACEMENTS["houlsby"]
 
@@ -49,8 +49,10 @@ class HoulsbyConfig:
         "help": "activation between the down- and up-projection"})
     placement: tuple[str, ...] = field(default=PLACEMENTS, metadata={
         "help": "sublayer outputs that get an adapter, before the residual add and LayerNorm"})
-    train_layernorm: bool = field(default=True, metadata={
-        "help": "train every LayerNorm as a per-adapter delta on the frozen base parameters"})
+    layernorm: str = field(default="delta", metadata={
+        "help": "LayerNorms trained as per-adapter deltas on the frozen base's: delta, every "
+                "one (Houlsby); own-layers, those of the adapter's own layers, so the layers "
+                "below stay the base's (AdapterDrop: a Parallel runs them once); frozen, none"})
     reads: str = field(default="output", metadata={
         "help": "what the bottleneck f reads: output (h, the sublayer's output projection: "
                 "Houlsby), normed (LN(h + x), past the sublayer's residual add and LayerNorm: "
@@ -65,6 +67,9 @@ class HoulsbyConfig:
             if getattr(self, name) not in HOULSBY_TAPS:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; "
                                  f"choose from {', '.join(HOULSBY_TAPS)}")
+        if self.layernorm not in LAYERNORM_MODES:
+            raise ValueError(f"unknown layernorm {self.layernorm!r}; "
+                             f"choose from {', '.join(LAYERNORM_MODES)}")
         if self.bottleneck < 1:
             raise ValueError(f"bottleneck must be >= 1, got {self.bottleneck}")
         if self.init_scale < 0:
@@ -83,7 +88,6 @@ class HoulsbyConfig:
         d["layers"] = self.resolved_layers(num_layers)
         d["placement"] = list(self.placement)
         d["type"] = "houlsby"
-        d["layernorm"] = "delta" if d.pop("train_layernorm") else "frozen"
         for name in ("reads", "skip"):  # written when not Houlsby's: older readers lack them
             if d[name] == "output":
                 del d[name]
@@ -103,7 +107,7 @@ class HoulsbyConfig:
             init_scale=float(arch["init_scale"]),
             non_linearity=arch["non_linearity"],
             placement=tuple(arch["placement"]),
-            train_layernorm=arch.get("layernorm", "delta") == "delta",
+            layernorm=arch.get("layernorm", "delta"),
             reads=arch.get("reads", "output"),
             skip=arch.get("skip", "output"),
         )
@@ -115,7 +119,7 @@ class LoraConfig:
     A [r, d_in] random, B [d_out, r] zero, so a fresh adapter changes nothing."""
 
     method = "lora"
-    train_layernorm = False  # LoRA adapts the projections only
+    layernorm = "frozen"  # LoRA adapts the projections only
 
     rank: int = field(default=8, metadata={"help": "r: rank of the update B A (2 r d parameters "
                                                    "per d x d projection)"})
@@ -143,7 +147,7 @@ class LoraConfig:
     def to_manifest(self, num_layers: int) -> dict[str, Any]:
         return {"type": "lora", "rank": self.rank, "alpha": self.alpha,
                 "layers": self.resolved_layers(num_layers), "placement": list(self.placement),
-                "layernorm": "frozen"}
+                "layernorm": self.layernorm}
 
     @classmethod
     def from_manifest(cls, arch: dict[str, Any]) -> LoraConfig:

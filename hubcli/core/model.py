@@ -14,13 +14,14 @@ from typing import Iterable, Iterator
 import torch
 from torch import nn
 
+from hubcli.core.bert import CompactBert
 from hubcli.core.composition import Block, Fuse, Parallel, fusions_in, names_in, owner
 from hubcli.core.config import PLACEMENTS, AdapterConfig
 from hubcli.core.heads import HeadConfig, build_head
 from hubcli.core.layer import AdapterFusion, AdapterLinear, DeltaLayerNorm
 from hubcli.core.names import AdapterTable
 from hubcli.core.routing import BASE, Route
-from hubcli.format.spec import EXTRA_LAYERNORMS
+from hubcli.format.spec import EXTRA_LAYERNORMS, layernorm_sites
 from hubcli.core.targets import targets_for
 from hubcli.errors import AdapterError
 
@@ -69,6 +70,11 @@ class AdapterModel(nn.Module):
                 # applies that LayerNorm: where a bottleneck in another form reads
                 self.adapter_sites[(i, placement)].wire(
                     layer.get_submodule(t.adapters[placement].rpartition(".")[0]), norm)
+        # every site of layer i, adapters and LayerNorms: where an adapter acts
+        self.layer_sites: list[list[AdapterLinear | DeltaLayerNorm]] = [
+            [site for (j, _), site in self.adapter_sites.items() if j == i]
+            + [self.layernorm_sites[f"layers.{i}.{p}"] for p in PLACEMENTS]
+            for i in range(len(layers))]
         for name in EXTRA_LAYERNORMS:
             self.layernorm_sites[name] = _swap(encoder, t.extra_layernorms[name], DeltaLayerNorm)
         self.heads = AdapterTable()
@@ -85,7 +91,7 @@ class AdapterModel(nn.Module):
 
     def add_adapter(self, name: str, config: AdapterConfig, head: HeadConfig | None) -> None:
         """Create adapter `name` of `config`'s method, fresh (near-identity for Houlsby,
-        exactly the identity for LoRA), with zero LayerNorm deltas if it trains LayerNorms.
+        exactly the identity for LoRA), with zero deltas on the LayerNorms it trains.
 
         Raises:
             AdapterError: `name` exists already.
@@ -98,9 +104,8 @@ class AdapterModel(nn.Module):
         for (i, placement), site in self.adapter_sites.items():
             if i in layers and placement in config.placement:
                 site.add(name, config)
-        if config.train_layernorm:
-            for site in self.layernorm_sites.values():
-                site.add(name)
+        for site in layernorm_sites(config.layernorm, self.num_layers, sorted(layers)):
+            self.layernorm_sites[site].add(name)
         if head is not None:
             ref = self.encoder.get_input_embeddings().weight
             # in the model's mode: a head added to a model in eval mode must not drop out
@@ -368,24 +373,47 @@ class AdapterModel(nn.Module):
     def forward_parallel(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                          token_type_ids: torch.Tensor | None, block: Parallel
                          ) -> dict[str, torch.Tensor]:
-        """Every adapter of `block` on the same batch, in one routed pass over the batch
-        repeated once per adapter: {name: its head's logits}.
+        """Every adapter of `block` on the same batch: {name: its head's logits}. The layers
+        below the first where any of them acts (AdapterDrop's adapters leave the lowest out)
+        run once, as the base; each adapter continues from there with its own rows' route.
+        Not one routed batch of all the continuations: on the CPU that measured slower than
+        separate passes (0.88x, `benchmarks/bench_routing.py`), its k-times larger
+        activations outgrowing the buffers the allocator reuses (fresh pages every pass).
 
         Raises:
             AdapterError: a name that is not loaded, or one without a head.
         """
-        k = len(block.children)
-        per_row = [n for n in block.children for _ in range(len(input_ids))]
-        tt = token_type_ids.repeat(k, 1) if token_type_ids is not None else None
-        _, logits = self.forward_routed(input_ids.repeat(k, 1), attention_mask.repeat(k, 1), tt,
-                                        per_row)
-        b = len(input_ids)
-        out = {}
-        for j, n in enumerate(block.children):
+        for n in block.children:
+            self._require(n)
             if n not in self.heads:
                 raise AdapterError(f"adapter {n!r} has no head")
-            out[n] = torch.stack(logits[j * b:(j + 1) * b])
+        b = len(input_ids)
+        split = self.first_layer_acting(block.children)
+        shared = None
+        if split is not None and isinstance(self.encoder, CompactBert):
+            with self.routing([BASE] * b, attention_mask):
+                shared = self.encoder.run(self.encoder.embed(input_ids, attention_mask,
+                                                             token_type_ids), 0, split)
+        out = {}
+        for n in block.children:
+            with self.routing([n] * b, attention_mask):
+                hidden = (self.encode(input_ids, attention_mask, token_type_ids)
+                          if shared is None else self.encoder.run(shared, split).padded())
+            out[n] = self.heads[n](hidden, attention_mask)
         return out
+
+    def first_layer_acting(self, names: Iterable[str]) -> int | None:
+        """The lowest layer where any of `names` has an adapter or a LayerNorm delta (the
+        number of layers where none has); None where one has deltas on the embeddings'
+        LayerNorm. Below it they all compute what the base computes."""
+        names = set(names)
+        if any(names & set(self.layernorm_sites[e].deltas) for e in EXTRA_LAYERNORMS):
+            return None
+        for i, sites in enumerate(self.layer_sites):
+            if any(names & set(site.adapters if isinstance(site, AdapterLinear) else site.deltas)
+                   for site in sites):
+                return i
+        return self.num_layers
 
     def forward_routed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                        token_type_ids: torch.Tensor | None, per_row: list[str | None]

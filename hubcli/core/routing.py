@@ -100,6 +100,8 @@ class Route:
             segments = self.token_segments
         if not any(n is not None and has(n) for n, _, _ in segments):
             return y
+        if len(segments) == 1:  # one adapter's rows only: nothing to join
+            return run(*segments[0])
         return torch.cat([run(n, s, e) if n is not None and has(n) else y[s:e]
                           for n, s, e in segments])
 

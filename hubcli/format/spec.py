@@ -12,6 +12,8 @@ Tensor names in `adapter.safetensors` (all float32). Houlsby (`architecture.type
     layernorm.layers.{layer}.{placement}.bias_delta    [d]   beta  = beta_base + delta
     layernorm.{extra}.weight_delta / .bias_delta       [e]   extra = embeddings; e is the
                                                              embedding width (= d but in ELECTRA)
+    (LayerNorm deltas per `architecture.layernorm`: every layer's and the extras for
+    "delta", only those of the adapter's `layers` for "own-layers", none for "frozen")
     head.*                                             see HEAD_TENSORS
 placement is `attention_output` or `ffn_output`.
 LoRA (`architecture.type` "lora"; no LayerNorm deltas):
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hubcli.format.vocab import HEAD_TYPES, PLACEMENTS
+from hubcli.format.vocab import HEAD_TYPES, LAYERNORM_MODES, PLACEMENTS
 
 Shape = tuple[int, ...]
 
@@ -84,13 +86,29 @@ def fusion_tensors(d: int, layers: list[int], placement: list[str]) -> dict[str,
     return out
 
 
-def layernorm_tensors(d: int, num_layers: int, placement_all: tuple[str, ...],
-                      embedding_size: int | None = None) -> dict[str, Shape]:
-    """LayerNorm deltas; the embeddings' LayerNorm has the embedding width (ELECTRA: not d)."""
-    sizes = {f"layers.{i}.{p}": d for i in range(num_layers) for p in placement_all}
-    sizes.update({name: embedding_size or d for name in EXTRA_LAYERNORMS})
+def layernorm_sites(mode: str, num_layers: int, layers: list[int]) -> list[str]:
+    """The LayerNorms an adapter has deltas for, by `architecture.layernorm` (`mode`): every
+    one ("delta"), those of its own `layers` ("own-layers"), none ("frozen").
+
+    Raises:
+        ValueError: an unknown mode.
+    """
+    if mode not in LAYERNORM_MODES:
+        raise ValueError(f"unknown layernorm {mode!r}; choose from {', '.join(LAYERNORM_MODES)}")
+    if mode == "frozen":
+        return []
+    own = range(num_layers) if mode == "delta" else sorted(layers)
+    sites = [f"layers.{i}.{p}" for i in own for p in PLACEMENTS]
+    return [*sites, *EXTRA_LAYERNORMS] if mode == "delta" else sites
+
+
+def layernorm_tensors(d: int, sites: list[str], embedding_size: int | None = None
+                      ) -> dict[str, Shape]:
+    """LayerNorm deltas at `sites`; the embeddings' LayerNorm has the embedding width
+    (ELECTRA: not d)."""
     out: dict[str, Shape] = {}
-    for name, size in sizes.items():
+    for name in sites:
+        size = (embedding_size or d) if name in EXTRA_LAYERNORMS else d
         out[f"layernorm.{name}.weight_delta"] = (size,)
         out[f"layernorm.{name}.bias_delta"] = (size,)
     return out
@@ -115,8 +133,8 @@ def expected_tensors(manifest: dict[str, Any]) -> dict[str, Shape]:
         out = fusion_tensors(d, layers, placement)
     else:
         raise ValueError(f"unknown adapter method {method!r}; choose from houlsby, lora, fusion")
-    if arch.get("layernorm", "delta") == "delta":
-        out.update(layernorm_tensors(d, n_layers, PLACEMENTS, base.get("embedding_size")))
+    out.update(layernorm_tensors(d, layernorm_sites(arch.get("layernorm", "delta"), n_layers,
+                                                    layers), base.get("embedding_size")))
     out.update(head_tensors(head["type"], d, int(head["num_outputs"])))
     return out
 

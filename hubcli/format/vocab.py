@@ -36,6 +36,12 @@ ACTIVATIONS: tuple[str, ...] = tuple(_METHOD_DEFS["houlsby"]["non_linearity"]["e
 # The sublayer tensors a bottleneck may read and add back (`reads`, `skip`), as formulas in
 # h (the sublayer's output projection) and x (its input).
 HOULSBY_TAPS: tuple[str, ...] = tuple(_METHOD_DEFS["houlsby"]["reads"]["enum"])
+# Which LayerNorms a bottleneck adapter has deltas for (`architecture.layernorm`).
+LAYERNORM_MODES: tuple[str, ...] = tuple(_METHOD_DEFS["houlsby"]["layernorm"]["enum"])
+# ... in words (model cards, the registry's pages)
+LAYERNORM_WORDS = {"delta": "trained as deltas on the base's",
+                   "own-layers": "trained as deltas on the base's, in the adapter's layers only",
+                   "frozen": "frozen"}
 _TAP_FORMULAS = {"output": "h", "sum": "h + x", "normed": "LN(h + x)", "input": "x"}
 
 

@@ -61,7 +61,7 @@ def export_adapters(adapter_dir: Path, out: Path, *, drop_layernorm_deltas: bool
         raise AdapterError(f"{adapter_dir} is a full fine-tune, not an adapter")
     m = manifest_io.read(Path(adapter_dir))  # refuse what cannot go before loading anything
     library_head, adapter_cfg = _check(m)
-    has_deltas = m["architecture"].get("layernorm") == "delta"
+    has_deltas = m["architecture"].get("layernorm", "frozen") != "frozen"
     if has_deltas and not drop_layernorm_deltas:
         raise UsageError("the adapter trains LayerNorm deltas, which the adapters library's "
                          "format has no place for",

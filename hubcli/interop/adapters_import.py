@@ -194,7 +194,7 @@ def houlsby_config(cfg: dict, hidden: int, layers: tuple[int, ...]):
         raise _unsupported("mh_adapter", False, "the adapter sits nowhere")
     bottleneck = _bottleneck(cfg.get("reduction_factor", 16), hidden)
     return HoulsbyConfig(bottleneck=bottleneck, layers=layers, non_linearity=ACTIVATIONS[act],
-                         placement=placement, train_layernorm=False, reads=reads,
+                         placement=placement, layernorm="frozen", reads=reads,
                          skip=skip), float(scaling)
 
 

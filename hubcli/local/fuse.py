@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from hubcli.errors import BaseMismatchError, ComponentError, OptionError
+from hubcli.format.spec import layernorm_sites
 from hubcli.format.vocab import FUSION
 from hubcli.local.compose import label, pin
 
@@ -113,13 +114,18 @@ def build(model, base_info, components: list[Component], compose: str, name: str
                                              c.bundle.manifest["name"]))
     if compose == STACK:
         below = names_in(Stack(*blocks))
-        if not config.train_layernorm and any(n in site.deltas for n in below
-                                              for site in model.layernorm_sites.values()):
-            # the stack runs with the top adapter's LayerNorms: without deltas of its own,
-            # the adapters below would run under the base's, not the ones they learnt with
-            raise OptionError("--method", config.method, f"{', '.join(below)} trained "
-                              "LayerNorm deltas, and a stack runs with its top adapter's, which "
-                              "this method has none of", hint="stack a Houlsby adapter on it")
+        mine = set(layernorm_sites(config.layernorm, model.num_layers,
+                                   config.resolved_layers(model.num_layers)))
+        if any(n in site.deltas for s, site in model.layernorm_sites.items() if s not in mine
+               for n in below):
+            # the stack runs with the top adapter's LayerNorms: where it has no deltas, the
+            # adapters below would run under the base's, not the ones they learnt with
+            option, value, hint = (("--method", config.method, "stack a Houlsby adapter on it")
+                                   if config.method == "lora" else
+                                   ("--layernorm", config.layernorm, "use --layernorm delta"))
+            raise OptionError(option, value, f"{', '.join(below)} trained LayerNorm deltas "
+                              "where this adapter has none, and a stack runs with its top "
+                              "adapter's", hint=hint)
         model.add_adapter(name, config, head)
         # start them at the ones the frozen adapters below were trained with, or those
         # adapters start out of their element

@@ -117,11 +117,49 @@ def run_routed(model, tokenizer, groups: list[RowGroup], batch_size: int = INFER
                 logits[i] = (_embedding(hidden[row], batch["attention_mask"][row])
                              if groups[feats[i][0]].adapter == BASE
                              else _unpadded(out[row], feats[i][1]))
+    mine = [[i for i, (owner, _) in enumerate(feats) if owner == g] for g in range(len(groups))]
+    return _placed(groups, [[feats[i][1] for i in rows] for rows in mine],
+                   [[logits[i] for i in rows] for rows in mine])
+
+
+def run_parallel(model, tokenizer, groups: list[RowGroup], batch_size: int = INFER_BATCH
+                 ) -> list[dict]:
+    """Predictions for groups over the same examples, each through its own adapter (a
+    Parallel), placed at the groups' positions. Where the groups read the same tokens and all
+    have heads, each batch is one `AdapterModel.forward_parallel`, which runs the layers
+    below every adapter once; otherwise (tasks that tokenize differently, `BASE`) the rows
+    of all the groups are routed as one mixed batch (`run_routed`)."""
+    import torch
+
+    from hubcli.core.composition import Parallel
+
+    feats = [g.task.encode(g.examples, tokenizer, g.labels, g.max_length, with_targets=False)
+             for g in groups]
+    if any(g.adapter == BASE for g in groups) or any(
+            [(f["input_ids"], f.get("token_type_ids")) for f in other]
+            != [(f["input_ids"], f.get("token_type_ids")) for f in feats[0]]
+            for other in feats[1:]):
+        return run_routed(model, tokenizer, groups, batch_size)
+    block = Parallel(*dict.fromkeys(g.adapter for g in groups))
+    logits: list[list] = [[None] * len(feats[0]) for _ in groups]
+    with torch.inference_mode(), _threads_for(feats[0]):
+        for idx in inference_batches(feats[0], batch_size):
+            batch = groups[0].task.collate([feats[0][i] for i in idx])
+            out = model.forward_parallel(batch["input_ids"], batch["attention_mask"],
+                                         batch.get("token_type_ids"), block)
+            for g, group in enumerate(groups):
+                for row, i in enumerate(idx):
+                    logits[g][i] = _unpadded(out[group.adapter][row], feats[g][i])
+    return _placed(groups, feats, logits)
+
+
+def _placed(groups: list[RowGroup], feats: list[list[dict]], logits: list[list]) -> list[dict]:
+    """Each group's predictions (decoded from its rows' `logits`; a `BASE` group's are its
+    embeddings already) at the group's positions."""
     results: list = [None] * sum(len(g.positions) for g in groups)
-    for g, group in enumerate(groups):
-        mine = [i for i, (owner, _) in enumerate(feats) if owner == g]
-        preds = [logits[i] for i in mine] if group.adapter == BASE else group.task.decode(
-            [logits[i] for i in mine], [feats[i][1] for i in mine], group.examples, group.labels)
+    for group, f, out in zip(groups, feats, logits):
+        preds = out if group.adapter == BASE else group.task.decode(out, f, group.examples,
+                                                                    group.labels)
         for pos, pred in zip(group.positions, preds):
             results[pos] = pred
     return results

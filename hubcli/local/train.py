@@ -40,6 +40,7 @@ class TrainSettings:
     bottleneck: int = 64
     reads: str | None = None  # houlsby only: its form (hubcli/core/config.py); None: the task's
     skip: str = "output"
+    layernorm: str = "delta"  # houlsby only: which LayerNorms get deltas (hubcli/core/config.py)
     layers: tuple[int, ...] | None = None
     init_scale: float | None = None  # None: the task's (Task.adapter_init_scale)
     rank: int = 8  # lora only
@@ -272,7 +273,7 @@ class _Run:
                            HoulsbyConfig(bottleneck=s.bottleneck, layers=s.layers,
                                          init_scale=task.adapter_init_scale
                                          if s.init_scale is None else s.init_scale,
-                                         reads=reads, skip=skip))
+                                         reads=reads, skip=skip, layernorm=s.layernorm))
             self.model = AdapterModel(base.encoder)
             if self.components:
                 from hubcli.local.fuse import build

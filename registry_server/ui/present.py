@@ -12,7 +12,7 @@ from flask import Flask
 from markupsafe import Markup
 
 from hubcli.bundle.card import validation_metrics
-from hubcli.format.vocab import bottleneck_form
+from hubcli.format.vocab import LAYERNORM_WORDS, bottleneck_form
 from registry_server.models import as_utc
 from registry_server.ui.chart import finite
 from registry_server.ui.chart import label as metric_label
@@ -85,7 +85,7 @@ def architecture_rows(manifest: dict[str, Any]) -> Rows:
         rows.append(("Non-linearity", arch["non_linearity"]))
     if form := bottleneck_form(arch):
         rows.append(("Form", form))
-    rows.append(("LayerNorm", "trained as deltas" if arch.get("layernorm") == "delta" else "frozen"))
+    rows.append(("LayerNorm", LAYERNORM_WORDS.get(arch.get("layernorm"), "frozen")))
     if isinstance(params.get("trainable"), int):
         share = params.get("share")
         of_base = f" ({share:.2%} of the base)" if isinstance(share, (int, float)) else ""
