@@ -15,13 +15,12 @@ Adapters already trained in --out for the same seed, --train-pairs and --epochs 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 from pathlib import Path
 
-from bench_fusion_stsb import prepare, stsb_folder, test_pearson, train
+from bench_fusion_stsb import arguments, prepare, setup, test_pearson, train
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -44,28 +43,16 @@ def run_seed(stsb: Path, root: Path, seed: int, n_train: int, epochs: int, tops:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--stsb", type=Path, help="folder with sts-{train,dev,test}.csv")
-    ap.add_argument("--seeds", default="0,1,2")
+    ap = arguments(__doc__.split("\n\n")[0], "/tmp/bench-adapterdrop-stsb", "for every run")
     ap.add_argument("--top", default="3,2", help="layer counts K (comma-separated)")
-    ap.add_argument("--train-pairs", type=int, default=1000)
-    ap.add_argument("--epochs", type=int, default=5)
-    ap.add_argument("--out", type=Path, default=Path("/tmp/bench-adapterdrop-stsb"))
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    import torch
-
     from hubcli.base.load import load_base
 
-    torch.set_num_threads(args.threads)
-    stsb = stsb_folder(args.stsb)
-    os.environ.setdefault("HUB_HOME", str(args.out / "hub_home"))
+    stsb, folders = setup(args)
     num_layers = load_base(None).encoder.config.num_hidden_layers
     tops = [int(k) for k in args.top.split(",") if k]
     results = {}
-    for seed in (int(s) for s in args.seeds.split(",")):
-        folder = args.out / f"seed{seed}-pairs{args.train_pairs}-epochs{args.epochs}"
+    for seed, folder in folders.items():
         results[seed] = run_seed(stsb, folder, seed, args.train_pairs, args.epochs, tops,
                                  num_layers)
         if not args.json:

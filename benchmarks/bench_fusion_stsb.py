@@ -119,25 +119,37 @@ def run_seed(stsb: Path, root: Path, seed: int, n_train: int, epochs: int
             for n in ("stsb", "stsb-fusion", "stsb-on-sentiment")}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(description: str, out: str, epochs_help: str) -> argparse.ArgumentParser:
+    """The options every STS-B benchmark takes (this one's, and bench_adapterdrop_stsb's)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--stsb", type=Path, help="folder with sts-{train,dev,test}.csv")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--train-pairs", type=int, default=1000)
-    ap.add_argument("--epochs", type=int, default=5,
-                    help="for the single and the stacked adapter; the fusion keeps its default")
-    ap.add_argument("--out", type=Path, default=Path("/tmp/bench-fusion-stsb"))
+    ap.add_argument("--epochs", type=int, default=5, help=epochs_help)
+    ap.add_argument("--out", type=Path, default=Path(out))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+    return ap
+
+
+def setup(args: argparse.Namespace) -> tuple[Path, dict[int, Path]]:
+    """Threads and HUB_HOME set from `args`: (the STS-B folder, {seed: its run folder})."""
     import torch
 
     torch.set_num_threads(args.threads)
-    stsb = stsb_folder(args.stsb)
     os.environ.setdefault("HUB_HOME", str(args.out / "hub_home"))
+    return stsb_folder(args.stsb), {
+        seed: args.out / f"seed{seed}-pairs{args.train_pairs}-epochs{args.epochs}"
+        for seed in (int(s) for s in args.seeds.split(","))}
+
+
+def main() -> None:
+    args = arguments(__doc__.split("\n\n")[0], "/tmp/bench-fusion-stsb",
+                     "for the single and the stacked adapter; the fusion keeps its default"
+                     ).parse_args()
+    stsb, folders = setup(args)
     results = {}
-    for seed in (int(s) for s in args.seeds.split(",")):
-        folder = args.out / f"seed{seed}-pairs{args.train_pairs}-epochs{args.epochs}"
+    for seed, folder in folders.items():
         results[seed] = run_seed(stsb, folder, seed, args.train_pairs, args.epochs)
         if not args.json:
             r = results[seed]
