@@ -9,9 +9,10 @@
     hub.predict(["Angela loved Paris"], compose=Parallel("sst2-adapter", "ner"))
     hub.deactivate()                        # the untouched base again, bit for bit
 
-A list of adapters (one per text) and `Parallel` run in one routed pass per batch: each row
-through its own adapter, however many are mixed. Every load goes through the same
-verification as `hub predict`.
+A list of adapters (one per text) runs in one routed pass per batch: each row through its own
+adapter, however many are mixed. `Parallel` runs the layers below all of its adapters once
+and each adapter from there (`AdapterModel.forward_parallel`). Every load goes through the
+same verification as `hub predict`.
 """
 
 from __future__ import annotations

@@ -85,6 +85,27 @@ def test_predict_with_parallel_equals_each_adapter_separately(three_adapters, ti
         assert all(close(row[name], s) for row, s in zip(together, separate)), name
     assert all(close(row["sst"], s) for row, s in zip(routed, hub.predict(texts, adapter="sst")))
     assert all(len(row["__base__"]["embedding"]) == 32 for row in routed)
+    twice = hub.predict(texts, compose=Parallel("sst", "sst"))
+    assert all(close(row["sst"], s) for row, s in zip(twice, hub.predict(texts, adapter="sst")))
+
+
+def test_parallel_over_adapters_that_tokenize_differently_routes_their_rows(three_adapters,
+                                                                            tiny_base_dir):
+    """No shared layers when the adapters read other tokens (here one truncates): each
+    adapter still gets its own tokens, as in a mixed routed batch."""
+    from hubcli.local.inference import run_parallel, run_routed
+
+    hub = AdapterHub(str(tiny_base_dir))
+    for name in ("sst", "lora"):
+        hub.load(three_adapters / name, allow_unsigned=True)
+    texts = ["a gripping, beautifully acted film", "dull"]
+    groups = [hub._group("sst", texts, range(2)), hub._group("lora", texts, range(2, 4))]
+    groups[1].max_length = 4
+    routed = run_routed(hub.model, hub.base.tokenizer, groups)
+    assert run_parallel(hub.model, hub.base.tokenizer, groups) == routed
+    groups[1].max_length = groups[0].max_length  # the same tokens: the shared path
+    shared = run_parallel(hub.model, hub.base.tokenizer, groups)
+    assert not close(shared[2], routed[2])  # the truncated first text scored otherwise
 
 
 def test_base_rows_get_the_base_sentence_embedding_beside_adapter_rows(three_adapters,

@@ -186,10 +186,15 @@ def test_a_form_the_library_lacks_is_refused_naming_the_field(tmp_path, tiny_bas
     assert not (tmp_path / "x").exists()
 
 
-def test_layernorm_deltas_are_refused_unless_dropped_and_then_measured(tmp_path, tiny_base_dir):
+@pytest.mark.parametrize("layernorm", [{"layernorm": "delta"},
+                                       {"layernorm": "own-layers", "layers": [1]}],
+                         ids=["every LayerNorm", "its own layers'"])
+def test_layernorm_deltas_are_refused_unless_dropped_and_then_measured(tmp_path, tiny_base_dir,
+                                                                       layernorm):
     from hubcli.data import sample_dataset
 
-    adapter = make_adapter_dir(tmp_path / "ln", name="ln", head={"pooling": "cls"})
+    adapter = make_adapter_dir(tmp_path / "ln", name="ln", head={"pooling": "cls"},
+                               architecture=layernorm)
     common = ("--base", tiny_base_dir, "--allow-unsigned", "--allow-base-mismatch")
     refused = run("export", adapter, "--format", "adapters", "--out", tmp_path / "x", *common)
     assert refused.exit_code == 1

@@ -200,6 +200,11 @@ def test_a_checkpoint_without_a_form_had_houlsbys_and_a_resume_says_so(tmp_path)
     assert checkpoint.load(ckpt, {"task": "tagging", "seed": 0})["fingerprint"]["seed"] == 0
     with pytest.raises(OptionError, match="reads was 'output', now 'normed'"):
         checkpoint.load(ckpt, {"task": "tagging", "seed": 0, "reads": "normed"})
+    # and the other way: a setting the checkpoint records, left at its default now
+    own = tmp_path / "own.ckpt"
+    checkpoint.save(own, {"fingerprint": {"seed": 0, "layernorm": "own-layers"}})
+    with pytest.raises(OptionError, match="layernorm was 'own-layers', now 'delta'"):
+        checkpoint.load(own, {"seed": 0})
 
 
 def test_the_checkpoint_fingerprint_names_a_bottleneck_form_only_where_it_is_not_houlsbys(
@@ -215,8 +220,10 @@ def test_the_checkpoint_fingerprint_names_a_bottleneck_form_only_where_it_is_not
     source = SimpleNamespace(examples=1)
     houlsby = fingerprint(TrainSettings(train=train, out=tmp_path / "o"), source, 10)
     pf = fingerprint(TrainSettings(train=train, out=tmp_path / "o", reads="normed"), source, 10)
-    assert "reads" not in houlsby and "skip" not in houlsby
+    assert "reads" not in houlsby and "skip" not in houlsby and "layernorm" not in houlsby
     assert pf == {**houlsby, "reads": "normed"}
+    assert fingerprint(TrainSettings(train=train, out=tmp_path / "o", layernorm="own-layers"),
+                       source, 10) == {**houlsby, "layernorm": "own-layers"}
     # the init scale only where given: the default moved (2e-2 for tagging), and checkpoints
     # that recorded the old one must still resume
     assert "init_scale" not in houlsby

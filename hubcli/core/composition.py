@@ -1,7 +1,8 @@
 """Composition blocks as data: how several loaded adapters combine in one forward pass.
 
     Stack("lang", "task")        task applied on lang's output at every site (MAD-X)
-    Parallel("sst2", "ner")      one pass yields every adapter's output for the same input
+    Parallel("sst2", "ner")      every adapter's output for the same input, the layers below
+                                 all of them computed once
     Fuse("a", "b", "c")          AdapterFusion (Pfeiffer et al. 2021): per site, attention over
                                  the adapters' outputs with the sublayer output as query
 

@@ -395,7 +395,7 @@ class AdapterModel(nn.Module):
                 shared = self.encoder.run(self.encoder.embed(input_ids, attention_mask,
                                                              token_type_ids), 0, split)
         out = {}
-        for n in block.children:
+        for n in dict.fromkeys(block.children):  # a name given twice runs once
             with self.routing([n] * b, attention_mask):
                 hidden = (self.encode(input_ids, attention_mask, token_type_ids)
                           if shared is None else self.encoder.run(shared, split).padded())

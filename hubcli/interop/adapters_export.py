@@ -127,8 +127,9 @@ def _measure(predictor, data: Path, report: ExportReport) -> None:
     name = predictor.manifest["name"]
     with torch.no_grad():
         for site in predictor.model.layernorm_sites.values():
-            for p in site.deltas[name].parameters():
-                p.zero_()
+            if name in site.deltas:  # every LayerNorm ("delta"), or its own layers'
+                for p in site.deltas[name].parameters():
+                    p.zero_()
     report.without_deltas = predictor.evaluate(examples)[report.metric]
 
 

@@ -58,7 +58,7 @@ def _as_tuple(value):
 
 
 # Settings `loop.fingerprint` leaves out at these values: a checkpoint without one had it
-OMITTED_AT = {"reads": "output", "skip": "output"}
+OMITTED_AT = {"reads": "output", "skip": "output", "layernorm": "delta"}
 
 
 def save(path: Path, state: dict[str, Any]) -> None:
@@ -91,9 +91,10 @@ def load(path: Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
     if state.get("version") != VERSION:
         raise OptionError("--resume", path, f"checkpoint format {state.get('version')!r} is not "
                           f"{VERSION}", hint="remove it and train without --resume")
-    recorded = {**OMITTED_AT, **state["fingerprint"]}
-    changed = [f"{k} was {recorded.get(k)!r}, now {v!r}"
-               for k, v in fingerprint.items() if recorded.get(k) != v]
+    # both sides at the defaults they omit, so a setting left out on either side still counts
+    recorded, now = {**OMITTED_AT, **state["fingerprint"]}, {**OMITTED_AT, **fingerprint}
+    changed = [f"{k} was {recorded.get(k)!r}, now {now.get(k)!r}"
+               for k in dict.fromkeys([*now, *recorded]) if recorded.get(k) != now.get(k)]
     if changed:
         raise OptionError("--resume", path, "the checkpoint is from a run with other settings: "
                           + "; ".join(changed),

@@ -100,11 +100,20 @@ def run_routed(model, tokenizer, groups: list[RowGroup], batch_size: int = INFER
     """Predictions for every group's examples, batches mixing adapters row by row (one routed
     pass per batch, `AdapterModel.forward_routed`), placed at the groups' positions. A group
     for `BASE` gets the base's sentence embeddings."""
+    return _run_routed(model, groups, _encoded(groups, tokenizer), batch_size)
+
+
+def _encoded(groups: list[RowGroup], tokenizer) -> list[list[dict]]:
+    """Each group's examples encoded by its task, for inference."""
+    return [g.task.encode(g.examples, tokenizer, g.labels, g.max_length, with_targets=False)
+            for g in groups]
+
+
+def _run_routed(model, groups: list[RowGroup], encoded: list[list[dict]], batch_size: int
+                ) -> list[dict]:
     import torch
 
-    feats = [(g, f) for g, group in enumerate(groups)
-             for f in group.task.encode(group.examples, tokenizer, group.labels,
-                                        group.max_length, with_targets=False)]
+    feats = [(g, f) for g, group_feats in enumerate(encoded) for f in group_feats]
     logits: list = [None] * len(feats)
     with torch.inference_mode(), _threads_for([f for _, f in feats]):
         for idx in inference_batches([f for _, f in feats], batch_size):
@@ -127,20 +136,19 @@ def run_parallel(model, tokenizer, groups: list[RowGroup], batch_size: int = INF
     """Predictions for groups over the same examples, each through its own adapter (a
     Parallel), placed at the groups' positions. Where the groups read the same tokens and all
     have heads, each batch is one `AdapterModel.forward_parallel`, which runs the layers
-    below every adapter once; otherwise (tasks that tokenize differently, `BASE`) the rows
-    of all the groups are routed as one mixed batch (`run_routed`)."""
+    below every adapter once; otherwise (tasks that tokenize differently, `BASE`, an adapter
+    without a head) the rows of all the groups are routed as one mixed batch, as
+    `run_routed` does."""
     import torch
 
     from hubcli.core.composition import Parallel
 
-    feats = [g.task.encode(g.examples, tokenizer, g.labels, g.max_length, with_targets=False)
-             for g in groups]
-    if any(g.adapter == BASE for g in groups) or any(
-            [(f["input_ids"], f.get("token_type_ids")) for f in other]
-            != [(f["input_ids"], f.get("token_type_ids")) for f in feats[0]]
-            for other in feats[1:]):
-        return run_routed(model, tokenizer, groups, batch_size)
-    block = Parallel(*dict.fromkeys(g.adapter for g in groups))
+    feats = _encoded(groups, tokenizer)
+    tokens = [[(f["input_ids"], f.get("token_type_ids")) for f in group] for group in feats]
+    if (any(g.adapter == BASE or g.adapter not in model.heads for g in groups)
+            or any(t != tokens[0] for t in tokens[1:])):
+        return _run_routed(model, groups, feats, batch_size)
+    block = Parallel(*(g.adapter for g in groups))
     logits: list[list] = [[None] * len(feats[0]) for _ in groups]
     with torch.inference_mode(), _threads_for(feats[0]):
         for idx in inference_batches(feats[0], batch_size):

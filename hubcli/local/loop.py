@@ -73,6 +73,8 @@ def fingerprint(s, source, steps: int) -> dict[str, Any]:
     # from before forms (and before tagging's own) resume
     if s.method == "houlsby" and not s.full_finetune and s.compose != FUSE:
         out.update({name: tap for name, tap in zip(("reads", "skip"), s.form) if tap != "output"})
+        if s.layernorm != "delta":  # likewise: checkpoints from before --layernorm resume
+            out["layernorm"] = s.layernorm
     train = Path(s.train)
     out.update(learning_rate=s.learning_rate, steps=steps, examples=source.examples,
                train_data=f"{train.name}, {train.stat().st_size} bytes")
