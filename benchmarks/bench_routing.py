@@ -6,7 +6,8 @@ batch of 64 short sentences from the shipped sentiment sample:
 - one:      the same batch through one adapter (activate)
 - bare:     the same batch through the untouched base (encoder only)
 - naive:    the mixed batch the naive way: group rows by adapter, one pass per group
-- parallel: Parallel of 4 adapters in one routed pass, vs 4 separate passes (sep4)
+- parallel: Parallel of 4 adapters in every layer (`forward_parallel`), vs 4 separate passes
+            (sep4)
 - parallel_top{K}: the same for 4 adapters in the top K layers only (`--top`, AdapterDrop's
             adapters, LayerNorm deltas in those layers only: nothing below), which Parallel runs
             once for all four, vs their 4 separate passes (sep4_top{K})

@@ -70,11 +70,6 @@ class AdapterModel(nn.Module):
                 # applies that LayerNorm: where a bottleneck in another form reads
                 self.adapter_sites[(i, placement)].wire(
                     layer.get_submodule(t.adapters[placement].rpartition(".")[0]), norm)
-        # every site of layer i, adapters and LayerNorms: where an adapter acts
-        self.layer_sites: list[list[AdapterLinear | DeltaLayerNorm]] = [
-            [site for (j, _), site in self.adapter_sites.items() if j == i]
-            + [self.layernorm_sites[f"layers.{i}.{p}"] for p in PLACEMENTS]
-            for i in range(len(layers))]
         for name in EXTRA_LAYERNORMS:
             self.layernorm_sites[name] = _swap(encoder, t.extra_layernorms[name], DeltaLayerNorm)
         self.heads = AdapterTable()
@@ -409,11 +404,10 @@ class AdapterModel(nn.Module):
         names = set(names)
         if any(names & set(self.layernorm_sites[e].deltas) for e in EXTRA_LAYERNORMS):
             return None
-        for i, sites in enumerate(self.layer_sites):
-            if any(names & set(site.adapters if isinstance(site, AdapterLinear) else site.deltas)
-                   for site in sites):
-                return i
-        return self.num_layers
+        acting = [i for (i, _), site in self.adapter_sites.items() if names & set(site.adapters)]
+        acting += [i for i in range(self.num_layers) for p in PLACEMENTS
+                   if names & set(self.layernorm_sites[f"layers.{i}.{p}"].deltas)]
+        return min(acting, default=self.num_layers)
 
     def forward_routed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                        token_type_ids: torch.Tensor | None, per_row: list[str | None]

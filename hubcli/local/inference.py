@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 from contextlib import contextmanager
@@ -126,9 +127,8 @@ def _run_routed(model, groups: list[RowGroup], encoded: list[list[dict]], batch_
                 logits[i] = (_embedding(hidden[row], batch["attention_mask"][row])
                              if groups[feats[i][0]].adapter == BASE
                              else _unpadded(out[row], feats[i][1]))
-    mine = [[i for i, (owner, _) in enumerate(feats) if owner == g] for g in range(len(groups))]
-    return _placed(groups, [[feats[i][1] for i in rows] for rows in mine],
-                   [[logits[i] for i in rows] for rows in mine])
+    ends = list(itertools.accumulate(len(f) for f in encoded))  # the groups' rows, in turn
+    return _placed(groups, encoded, [logits[end - len(f):end] for f, end in zip(encoded, ends)])
 
 
 def run_parallel(model, tokenizer, groups: list[RowGroup], batch_size: int = INFER_BATCH
@@ -150,7 +150,7 @@ def run_parallel(model, tokenizer, groups: list[RowGroup], batch_size: int = INF
         return _run_routed(model, groups, feats, batch_size)
     block = Parallel(*(g.adapter for g in groups))
     logits: list[list] = [[None] * len(feats[0]) for _ in groups]
-    with torch.inference_mode(), _threads_for(feats[0]):
+    with torch.inference_mode(), _threads_for([f for group in feats for f in group]):
         for idx in inference_batches(feats[0], batch_size):
             batch = groups[0].task.collate([feats[0][i] for i in idx])
             out = model.forward_parallel(batch["input_ids"], batch["attention_mask"],
