@@ -2,23 +2,30 @@
 """Routing and composition throughput on the packaged MiniLM-L6 (fp32, inference mode), one
 batch of 64 short sentences from the shipped sentiment sample:
 
-- mixed:    one routed pass, the rows spread over 8 Houlsby adapters (bottleneck 64)
+- mixed:    one routed pass, the rows spread over 8 Houlsby adapters (bottleneck 64), each
+            site running each adapter on its own rows (the CPU's default)
+- mixed_gathered: the same, each site running all 8 at once over stacked weights (a GPU's
+            default, `AdapterModel.gather`)
 - one:      the same batch through one adapter (activate)
 - bare:     the same batch through the untouched base (encoder only)
 - naive:    the mixed batch the naive way: group rows by adapter, one pass per group
-- parallel: Parallel of 4 adapters in every layer (`forward_parallel`), vs 4 separate passes
-            (sep4)
-- parallel_top{K}: the same for 4 adapters in the top K layers only (`--top`, AdapterDrop's
-            adapters, LayerNorm deltas in those layers only: nothing below), which Parallel runs
-            once for all four, vs their 4 separate passes (sep4_top{K})
+- parallel: Parallel of 4 adapters in every layer (`forward_parallel`), each adapter
+            continuing on its own (the CPU's default), vs 4 separate passes (sep4)
+- parallel_gathered: the same Parallel as one gathered batch of the 4 copies (a GPU's)
+- parallel_top{K}, parallel_gathered_top{K}: the same for 4 adapters in the top K layers only
+            (`--top`, AdapterDrop's adapters, LayerNorm deltas in those layers only: nothing
+            below), which Parallel runs once for all four, vs their 4 separate passes
+            (sep4_top{K})
 - fuse:     a Fuse of 3 adapters (activate), vs bare
 
-The variants run interleaved (A B C ... A B C ...), `--repeats` rounds, so a noisy neighbour
-slows them alike; the best and the median of each are printed with the ratios the routing
-issue sets targets for (mixed/one >= 0.85 and mixed/bare >= 0.75 in throughput, sep4/parallel
->= 2, fuse/bare <= 1.5 in time).
+Before timing, every Parallel and the mixed batch, both ways, are checked against each
+adapter's own pass (`max_abs_diff`). The variants run interleaved (A B C ... A B C ...), `--repeats`
+rounds, so a noisy neighbour slows them alike; the best and the median of each are printed
+with the ratios the routing issue sets targets for (mixed/one >= 0.85 and mixed/bare >= 0.75
+in throughput, sep4/parallel >= 2, fuse/bare <= 1.5 in time). On a GPU (`--device cuda`)
+each timed call ends with a synchronize.
 
-    python benchmarks/bench_routing.py [--repeats 9] [--threads N] [--top 1,2,3]
+    python benchmarks/bench_routing.py [--repeats 9] [--threads N] [--top 1,2,3] [--device cuda]
 """
 
 from __future__ import annotations
@@ -68,6 +75,24 @@ def sentences(n: int) -> list[str]:
     return [line.split("\t")[0] for line in lines[:n]]
 
 
+def max_abs_diff(model, batch, per_row, blocks) -> float:
+    """The largest difference between a routed result and the same adapter's own pass: each
+    Parallel and every row of the mixed batch, by segments and gathered."""
+    worst = 0.0
+    alone = {}
+    for n in {*per_row, *(n for block in blocks for n in block.children)}:
+        model.activate(n)
+        alone[n] = model(**batch)
+    for model.gather in (False, True):
+        for block in blocks:
+            out = model.forward_parallel(**batch, block=block)
+            worst = max(worst, *((out[n] - alone[n]).abs().max().item() for n in block.children))
+        _, logits = model.forward_routed(**batch, per_row=per_row)
+        for i, n in enumerate(per_row):
+            worst = max(worst, (logits[i] - alone[n][i]).abs().max().item())
+    return worst
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=9)
@@ -75,6 +100,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--top", default="1,2,3",
                     help="layer counts K for the parallel_topK variants (comma-separated)")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     args = ap.parse_args()
     tops = [int(k) for k in args.top.split(",") if k]
     import torch
@@ -84,9 +110,11 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     base, model, names, fuse = build(8, tops)
+    model.to(args.device)
     texts = sentences(args.batch)
-    batch = dict(base.tokenizer(texts, padding=True, truncation=True, max_length=128,
-                                return_tensors="pt"))
+    batch = {k: v.to(args.device) for k, v in base.tokenizer(
+        texts, padding=True, truncation=True, max_length=128, return_tensors="pt").items()}
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     per_row = [names[i % len(names)] for i in range(len(texts))]
     groups = {n: [i for i, m in enumerate(per_row) if m == n] for n in names}
     four = Parallel(*names[:4])
@@ -99,16 +127,22 @@ def main() -> None:
         model.deactivate()
         model.encode(**batch)
 
-    def mixed():
-        model.forward_routed(**batch, per_row=per_row)
+    def mixed(gather):
+        def run():
+            model.gather = gather
+            model.forward_routed(**batch, per_row=per_row)
+        return run
 
     def naive():
         for n, rows in groups.items():
             model.activate(n)
             model(**{k: v[rows] for k, v in batch.items()})
 
-    def parallel_of(block):
-        return lambda: model.forward_parallel(**batch, block=block)
+    def parallel_of(block, gather):
+        def run():
+            model.gather = gather
+            model.forward_parallel(**batch, block=block)
+        return run
 
     def separately(block):
         def run():
@@ -121,36 +155,41 @@ def main() -> None:
         model.activate(fuse)
         model(**batch)
 
-    variants = {"mixed": mixed, "one": one, "bare": bare, "naive": naive,
-                "parallel": parallel_of(four), "sep4": separately(four), "fuse": fused}
-    for top in tops:
-        block = Parallel(*(f"top{top}_{k}" for k in range(4)))
-        variants[f"parallel_top{top}"] = parallel_of(block)
-        variants[f"sep4_top{top}"] = separately(block)
+    blocks = {"": four, **{f"_top{top}": Parallel(*(f"top{top}_{k}" for k in range(4)))
+                           for top in tops}}
+    variants = {"mixed": mixed(False), "mixed_gathered": mixed(True), "one": one,
+                "bare": bare, "naive": naive, "fuse": fused}
+    for suffix, block in blocks.items():
+        variants[f"parallel{suffix}"] = parallel_of(block, False)
+        variants[f"parallel_gathered{suffix}"] = parallel_of(block, True)
+        variants[f"sep4{suffix}"] = separately(block)
     times: dict[str, list[float]] = {k: [] for k in variants}
     with torch.inference_mode():
+        diff = max_abs_diff(model, batch, per_row, blocks.values())
         for f in variants.values():  # warm-up: stacks built, kernels chosen
             f()
+        sync()
         for _ in range(args.repeats):
             for k, f in variants.items():
                 t0 = time.perf_counter()
                 f()
+                sync()
                 times[k].append(time.perf_counter() - t0)
     best = {k: min(v) for k, v in times.items()}
     median = {k: statistics.median(v) for k, v in times.items()}
 
     def ratios(t: dict[str, float]) -> dict[str, float]:
-        return {"mixed_vs_one_throughput": round(t["one"] / t["mixed"], 3),
-                "mixed_vs_bare_throughput": round(t["bare"] / t["mixed"], 3),
-                "mixed_vs_naive_throughput": round(t["naive"] / t["mixed"], 3),
-                "parallel4_speedup_vs_4_passes": round(t["sep4"] / t["parallel"], 3),
-                **{f"parallel4_top{top}_speedup_vs_4_passes":
-                   round(t[f"sep4_top{top}"] / t[f"parallel_top{top}"], 3) for top in tops},
+        return {**{f"mixed{mode}_vs_{other}_throughput": round(t[other] / t[f"mixed{mode}"], 3)
+                   for mode in ("", "_gathered") for other in ("one", "bare", "naive")},
+                **{f"parallel4{mode}{suffix}_speedup_vs_4_passes":
+                   round(t[f"sep4{suffix}"] / t[f"parallel{mode}{suffix}"], 3)
+                   for suffix in blocks for mode in ("", "_gathered")},
                 "fuse3_time_vs_bare": round(t["fuse"] / t["bare"], 3)}
 
     print(json.dumps({
+        "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),
         "batch": len(texts), "tokens_per_row": int(batch["input_ids"].shape[1]),
-        "threads": torch.get_num_threads(), "repeats": args.repeats,
+        "threads": torch.get_num_threads(), "repeats": args.repeats, "max_abs_diff": diff,
         "best_ms": {k: round(v * 1e3, 1) for k, v in best.items()},
         "median_ms": {k: round(v * 1e3, 1) for k, v in median.items()},
         "ratios_best": ratios(best), "ratios_median": ratios(median)}, indent=1))

@@ -31,13 +31,24 @@ if TYPE_CHECKING:
 class AdapterHub:
     """A loaded base with any number of attached adapters, one active at a time."""
 
-    def __init__(self, base: str | None = None, *,
+    def __init__(self, base: str | None = None, *, device: str = "cpu",
                  notify: Callable[[str], None] = lambda _m: None) -> None:
+        """The base (`base`: a local folder, a Hub id, or None for the packaged default) on
+        `device` (cpu, cuda, cuda:N, mps or auto). On a GPU, mixed batches and Parallel
+        gather their adapters (`AdapterModel.gather`).
+
+        Raises:
+            OptionError: `device` is unknown or not on this machine (before anything loads).
+            ModelError: the base cannot be loaded.
+        """
         from hubcli.base.load import load_base
         from hubcli.core.model import AdapterModel
+        from hubcli.local.device import resolve
 
+        where = resolve(device)
         self.base = load_base(base)
         self.model = AdapterModel(self.base.encoder)
+        self.model.to(where)  # adapters and heads added later are made beside the base
         self.model.eval()
         self.manifests: dict[str, dict] = {}
         self.notify = notify
@@ -152,22 +163,24 @@ class AdapterHub:
 
 
 def predict_each(folders: list[Path], texts: list[str], *, base: str | None = None,
-                 allow_unsigned: bool = False, allow_base_mismatch: bool = False,
+                 device: str = "cpu", allow_unsigned: bool = False,
+                 allow_base_mismatch: bool = False,
                  notify: Callable[[str], None] = lambda _m: None
                  ) -> tuple[AdapterHub, list[str], list[dict]]:
     """Every text through every adapter in `folders`, the Parallel of them all (the layers
     below every adapter run once): (the hub, adapter names, {name: prediction} per text).
-    The base is `base`, else the one the first adapter was trained on.
+    The base is `base`, else the one the first adapter was trained on, on `device`.
 
     Raises:
-        SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError.
+        SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError,
+        OptionError (`device`).
     """
     from hubcli.local.attach import base_for, verify_adapter
 
     # every adapter is verified before the base loads, and only once
     bundles = [verify_adapter(Path(f), allow_unsigned=allow_unsigned, notify=notify)
                for f in folders]
-    hub = AdapterHub(base_for(bundles[0].manifest, base), notify=notify)
+    hub = AdapterHub(base_for(bundles[0].manifest, base), device=device, notify=notify)
     names = [hub.add(b, allow_base_mismatch=allow_base_mismatch) for b in bundles]
     preds = hub.predict(texts, compose=Parallel(*names)) if len(names) > 1 else [
         {names[0]: p} for p in hub.predict(texts, adapter=names[0])]

@@ -28,8 +28,12 @@ def model(base):
     return model
 
 
-def test_parallel_equals_running_each_adapter_separately(model, base):
+@pytest.mark.parametrize("gather", [False, True], ids=["each", "batched"])
+def test_parallel_equals_running_each_adapter_separately(model, base, gather):
+    """Each adapter on its own pass, or all three as one gathered batch of copies (what a
+    GPU runs by default): either way each equals that adapter alone."""
     batch = encode(base.tokenizer, TEXTS[:5])
+    model.gather = gather
     with torch.inference_mode():
         together = model.forward_parallel(**batch, block=Parallel("a", "b", "c"))
         for name in ("a", "b", "c"):
@@ -39,12 +43,13 @@ def test_parallel_equals_running_each_adapter_separately(model, base):
             assert torch.allclose(together[name], alone, atol=1e-5, rtol=0), name
 
 
+@pytest.mark.parametrize("gather", [False, True], ids=["each", "batched"])
 @pytest.mark.parametrize("texts", [TEXTS[:5], ["same length", "also same"]],
                          ids=["padded", "unpadded"])
-def test_parallel_runs_the_layers_below_its_adapters_once(model, base, texts):
+def test_parallel_runs_the_layers_below_its_adapters_once(model, base, texts, gather):
     """Adapters that leave layer 0 out (no adapter, no LayerNorm delta there; AdapterDrop):
     layer 0 runs once over the batch, not once per adapter, and every output still equals
-    that adapter's own pass."""
+    that adapter's own pass. Batched, layer 1 runs once over both copies of its output."""
     model.add_adapter("up1", HoulsbyConfig(bottleneck=8, layers=(1,), layernorm="own-layers"), SEQ)
     model.add_adapter("up2", LoraConfig(rank=4, layers=(1,)), TAGS)
     for k, name in enumerate(("up1", "up2")):
@@ -58,10 +63,12 @@ def test_parallel_runs_the_layers_below_its_adapters_once(model, base, texts):
         layer.register_forward_hook(lambda _m, _a, out, i=i: rows.setdefault(i, []).append(
             out.shape[0]))
     with torch.inference_mode():
+        model.gather = gather
         together = model.forward_parallel(**batch, block=Parallel("up1", "up2"))
+        model.gather = False
         mask = batch["attention_mask"]
         once = len(texts) if bool(mask.all()) else int(mask.sum())  # rows, or packed tokens
-        assert rows == {0: [once], 1: [once, once]}
+        assert rows == {0: [once], 1: [2 * once] if gather else [once, once]}
         for name in ("up1", "up2"):
             model.activate(name)
             alone = model(**batch)

@@ -10,7 +10,7 @@ import torch
 from hubcli.core.config import HoulsbyConfig
 from hubcli.core.heads import HeadConfig
 from hubcli.core.model import AdapterModel
-from hubcli.core.routing import BASE
+from hubcli.core.routing import BASE, Route
 from hubcli.errors import AdapterError
 
 SEQ = HeadConfig("sequence_classification", 2, ("neg", "pos"))
@@ -50,9 +50,11 @@ def add_houlsby_set(model: AdapterModel) -> list[str]:
     return names
 
 
-@pytest.fixture()
-def model(base):
+@pytest.fixture(params=[False, True], ids=["segments", "gathered"])
+def model(base, request):
+    """Routed by segments (the CPU's way) and gathered over stacked weights (a GPU's)."""
     model = AdapterModel(base.encoder)
+    model.gather = request.param
     model.eval()
     return model
 
@@ -71,10 +73,19 @@ def alone(model, tokenizer, text, name):
     return model(**batch)[0]
 
 
-def test_mixed_batch_of_eight_adapters_matches_each_row_alone(model, base):
+def no_segments(monkeypatch, model) -> None:
+    """Gathered, every site must run all its adapters at once: running one by segments fails."""
+    if model.gather:
+        def segments(*_args):
+            raise AssertionError("a site ran by segments")
+        monkeypatch.setattr(Route, "apply", segments)
+
+
+def test_mixed_batch_of_eight_adapters_matches_each_row_alone(model, base, monkeypatch):
     names = add_houlsby_set(model)
     per_row = [*names, BASE, names[3], BASE, names[0]]
     batch = encode(base.tokenizer, TEXTS)
+    no_segments(monkeypatch, model)
     with torch.inference_mode():
         hidden, logits = model.forward_routed(batch["input_ids"], batch["attention_mask"],
                                               batch["token_type_ids"], per_row)
@@ -106,11 +117,27 @@ def test_base_rows_and_nothing_active_are_bit_identical_to_the_untouched_base(mo
         assert torch.equal(everything_base, reference)
 
 
+def test_an_adapter_gone_wrong_reaches_no_other_row(model, base):
+    """NaN in one adapter's weights stays in its own rows: a gathered site computes every
+    adapter on every row, and must drop the others' results, not multiply them by zero."""
+    names = add_houlsby_set(model)
+    batch = encode(base.tokenizer, TEXTS[:3])
+    with torch.inference_mode():
+        before, _ = model.forward_routed(**batch, per_row=[names[0], BASE, names[1]])
+        for site in model.adapter_sites.values():
+            if names[1] in site.adapters:
+                site.adapters[names[1]].down.bias.fill_(float("nan"))
+        after, _ = model.forward_routed(**batch, per_row=[names[0], BASE, names[1]])
+    assert torch.equal(after[:2], before[:2])
+    assert torch.isnan(after[2]).all()
+
+
 def test_route_ends_with_the_block_and_weight_changes_show_at_once(model, base):
     names = add_houlsby_set(model)
     batch = encode(base.tokenizer, TEXTS[:2])
     with torch.no_grad():
         first = model.forward_routed(**batch, per_row=[names[0], names[1]])[1][0]
+        model.forward_routed(**batch, per_row=[names[2], names[0]])  # another mix between
         _randomise(model, names[0], seed=99)  # nothing cached may hide the change
         second = model.forward_routed(**batch, per_row=[names[0], names[1]])[1][0]
         model.activate(names[0])
@@ -127,7 +154,7 @@ def test_routing_to_an_unknown_adapter_is_refused(model, base):
         model.forward_routed(**batch, per_row=["ad0", "nope"])
 
 
-def test_mixed_batch_of_both_methods_matches_each_row_alone(model, base):
+def test_mixed_batch_of_both_methods_matches_each_row_alone(model, base, monkeypatch):
     from hubcli.core.config import LoraConfig
 
     houlsby = add_houlsby_set(model)[:4]
@@ -142,6 +169,7 @@ def test_mixed_batch_of_both_methods_matches_each_row_alone(model, base):
     per_row = [houlsby[0], lora[0], BASE, lora[1], houlsby[1], lora[2], houlsby[2], lora[3],
                houlsby[3], BASE, lora[0], houlsby[0]]
     batch = encode(base.tokenizer, TEXTS)
+    no_segments(monkeypatch, model)
     with torch.inference_mode():
         hidden, logits = model.forward_routed(**batch, per_row=per_row)
         for i, (text, name) in enumerate(zip(TEXTS, per_row)):

@@ -274,7 +274,7 @@ def eval_cmd(adapter, data, fmt, text_column, text_pair_column, label_column, as
 @click.option("--runtime", type=click.Choice(["torch", "onnx"]), default="torch",
               show_default=True, help="onnx: run the adapter's ONNX export under onnxruntime "
               "(exported once and cached; needs the [onnx] extra)")
-@device_option("cpu", "; torch runtime with one adapter")
+@device_option("cpu", "; the torch runtime")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per input line")
 def predict_cmd(args, adapters, pair, context, runtime, device, as_json, **attach) -> None:
     """Predict with an adapter: hub predict [ADAPTER] [TEXT...] (texts also from stdin).
@@ -295,16 +295,16 @@ def predict_cmd(args, adapters, pair, context, runtime, device, as_json, **attac
     if not texts:
         raise UsageError("no input texts", hint='pass texts as arguments or one per line on stdin')
     second = _second_text(pair, context)
-    if device not in ("cpu", "auto") and (adapters or runtime == "onnx"):
-        raise UsageError(f"--device {device} applies to one adapter on the torch runtime",
-                         hint="drop --device, or predict with one adapter and --runtime torch")
+    if device not in ("cpu", "auto") and runtime == "onnx":
+        raise UsageError(f"--device {device} applies to the torch runtime",
+                         hint="drop --device, or use --runtime torch")
     if adapters:
         if runtime == "onnx":
             raise UsageError("--runtime onnx runs one adapter", hint="drop --adapter/-a")
         if second:
             raise UsageError(f"--{second[0]} does not apply with --adapter",
                              hint="give TEXT<TAB>SECOND lines instead")
-        return _predict_each(folders, texts, as_json, attach)
+        return _predict_each(folders, texts, device, as_json, attach)
     if runtime == "onnx":
         from hubcli.api import load_onnx_predictor
 
@@ -337,11 +337,11 @@ def _check_second(task, second: tuple[str, str] | None) -> None:
                          hint=takes)
 
 
-def _predict_each(folders, texts: list[str], as_json: bool, attach: dict) -> None:
+def _predict_each(folders, texts: list[str], device: str, as_json: bool, attach: dict) -> None:
     from hubcli.api import predict_each
     from hubcli.tasks import get_task
 
-    hub, names, preds = predict_each(folders, texts, notify=notice, **attach)
+    hub, names, preds = predict_each(folders, texts, device=device, notify=notice, **attach)
     if as_json:
         for text, row in zip(texts, preds):
             for name in names:

@@ -55,6 +55,11 @@ class Packing(NamedTuple):
         """[rows, n, d] -> [tokens, d]."""
         return t.reshape(self.rows * self.n, -1).index_select(0, self.keep)
 
+    def repeat(self, k: int) -> Packing:
+        """The packing of the batch `k` times over, one copy after another."""
+        offsets = torch.arange(k, device=self.keep.device) * (self.rows * self.n)
+        return Packing((offsets[:, None] + self.keep).reshape(-1), self.rows * k, self.n)
+
 
 class Hidden(NamedTuple):
     """Hidden states part-way through the encoder, with the mask and packing the next layers
@@ -67,6 +72,13 @@ class Hidden(NamedTuple):
     def padded(self) -> torch.Tensor:
         """[rows, n, d], zeros at the padding."""
         return self.h if self.packing is None else self.packing.pad(self.h)
+
+    def repeat(self, k: int) -> Hidden:
+        """The batch `k` times over, one copy after another (rows, or packed tokens)."""
+        ones = (1,) * (self.h.dim() - 1)
+        return Hidden(self.h.repeat(k, *ones),
+                      None if self.mask is None else self.mask.repeat(k, 1, 1, 1),
+                      None if self.packing is None else self.packing.repeat(k))
 
 
 def supports(config: dict, model_dir: Path) -> bool:

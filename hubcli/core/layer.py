@@ -17,7 +17,9 @@ each adapter trains its own LayerNorm without touching the shared base tensors.
 
 With no adapter active both wrappers call the base module directly, so outputs are
 bit-identical to the untouched model. With a `Route` set (see `routing.py`) they instead apply
-each adapter to its own contiguous segment of the batch's rows.
+each adapter to its own contiguous segment of the batch's rows, or, for a gathered route in
+inference, all of them at once over stacked weights (`gathered.py`, from each adapter's
+`parts()`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hubcli.core.composition import Block, Fuse, Stack
+from hubcli.core import gathered
 from hubcli.core.config import AdapterConfig, HoulsbyConfig, LoraConfig
 from hubcli.core.names import AdapterTable
 from hubcli.core.ops import ACTIVATION_FUNCTIONS
@@ -81,6 +84,13 @@ class BottleneckAdapter(nn.Module):
             taps["normed"] = sublayer.layer_norm(taps["sum"])
         return taps[self.skip] + self.up(self.act(self.down(taps[self.reads])))
 
+    def parts(self) -> gathered.Parts | None:
+        """This adapter for a gathered site; None for a form that reads past its Linear."""
+        if self.needs_sublayer:
+            return None
+        return gathered.Parts(False, self.down.weight, self.down.bias, self.act,
+                              self.up.weight, self.up.bias)
+
 
 
 class LoraAdapter(nn.Module):
@@ -99,6 +109,10 @@ class LoraAdapter(nn.Module):
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return y + self.B(self.A(x)) * self.scale
+
+    def parts(self) -> gathered.Parts:
+        """This adapter for a gathered site."""
+        return gathered.Parts(True, self.A.weight, None, None, self.B.weight * self.scale, None)
 
 
 
@@ -211,6 +225,7 @@ class AdapterLinear(nn.Module):
         self._wiring: tuple[nn.Module, DeltaLayerNorm] | None = None
         self._hooked = False
         self.residual: torch.Tensor | None = None  # the sublayer's input, during its call
+        self._stack = gathered.StackCache()
 
     def wire(self, sublayer: nn.Module, layer_norm: DeltaLayerNorm) -> None:
         """Name the sublayer around this Linear (its forward takes (hidden, input_tensor),
@@ -227,6 +242,7 @@ class AdapterLinear(nn.Module):
             sublayer.register_forward_hook(self._drop_input, always_call=True)
             self._hooked = True
         self.adapters[name] = adapter
+        self._stack.clear()
         return adapter
 
     def _keep_input(self, _module: nn.Module, args: tuple, kwargs: dict) -> None:
@@ -254,6 +270,7 @@ class AdapterLinear(nn.Module):
         for table in (self.adapters, self.fusions):
             if name in table:
                 del table[name]
+        self._stack.clear()
         if self.active == name:
             self.active = None
 
@@ -287,8 +304,21 @@ class AdapterLinear(nn.Module):
         return y
 
     def _routed(self, x: torch.Tensor, y: torch.Tensor, route: Route) -> torch.Tensor:
+        if route.slots is not None and not torch.is_grad_enabled():
+            if not any(n in self.adapters for n in route.names):
+                return y
+            stack = self._stacked(route.names)
+            if stack is not None:  # else the adapters here cannot share one: by segments
+                return stack(x, y, route.slot_index(y))
         return route.apply(y, self.adapters.__contains__,
                            lambda n, s, e: self._run(n, x[s:e], y[s:e], slice(s, e)))
+
+    def _stacked(self, names: tuple[str, ...]) -> gathered.Bottlenecks | None:
+        """`names`' adapters here, stacked (None where they cannot share a stack)."""
+        return self._stack.get(
+            names, lambda: [p for n in names if n in self.adapters
+                            for p in self.adapters[n].parameters()],
+            lambda: gathered.bottlenecks(names, self.adapters))
 
 
 class LayerNormDelta(nn.Module):
@@ -311,24 +341,41 @@ class DeltaLayerNorm(nn.Module):
         self.deltas = AdapterTable()
         self.active: str | None = None
         self.route: Route | None = None
+        self._stack = gathered.StackCache()
 
     def add(self, name: str) -> LayerNormDelta:
         w = self.base_layer.weight
         delta = LayerNormDelta(w.shape[0], device=w.device, dtype=w.dtype)
         self.deltas[name] = delta
+        self._stack.clear()
         return delta
 
     def remove(self, name: str) -> None:
         if name in self.deltas:
             del self.deltas[name]
+        self._stack.clear()
         if self.active == name:
             self.active = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.route is not None:
-            return self.route.apply(self.base_layer(x), self.deltas.__contains__,
-                                    lambda n, s, e: self.as_adapter(x[s:e], n))
-        return self.as_adapter(x, self.active)
+        route = self.route
+        if route is None:
+            return self.as_adapter(x, self.active)
+        if route.slots is not None and not torch.is_grad_enabled():
+            if not any(n in self.deltas for n in route.names):
+                return self.base_layer(x)
+            return self._stacked(route.names)(x, self.base_layer, route.slot_index(x),
+                                              route.has_base)
+        return route.apply(self.base_layer(x), self.deltas.__contains__,
+                           lambda n, s, e: self.as_adapter(x[s:e], n))
+
+    def _stacked(self, names: tuple[str, ...]) -> gathered.LayerNorms:
+        """This LayerNorm's parameters per slot of `names`."""
+        return self._stack.get(
+            names, lambda: [*self.base_layer.parameters(),
+                            *(p for n in names if n in self.deltas
+                              for p in self.deltas[n].parameters())],
+            lambda: gathered.layernorms(names, self.base_layer, self.deltas))
 
     def as_adapter(self, x: torch.Tensor, name: str | None) -> torch.Tensor:
         """This LayerNorm with `name`'s deltas, or the base's where it has none."""

@@ -81,6 +81,13 @@ class AdapterModel(nn.Module):
         # attaches it: a component two composed adapters share is attached once
         self.sources: dict[str, str] = {}
         self.active: str | None = None
+        # how routed passes run. True: each site runs all of a batch's adapters at once over
+        # stacked weights, and a Parallel continues as one routed batch of its copies (the
+        # fewest kernel launches, for some wasted arithmetic: what a GPU wants); False: each
+        # adapter on its own rows, each Parallel member on its own (the least arithmetic:
+        # what a CPU wants); None: by the device the weights are on. Inference only: with
+        # gradients, sites always run by segments.
+        self.gather: bool | None = None
 
     # -- managing named adapters -------------------------------------------------------------
 
@@ -355,7 +362,7 @@ class AdapterModel(nn.Module):
                                        "adapters", hint="activate() it instead")
         ref = self.encoder.get_input_embeddings().weight
         lengths = None if attention_mask is None else attention_mask.sum(1).tolist()
-        route = Route.of(per_row, ref.device, lengths)
+        route = Route.of(per_row, ref.device, lengths, gather=self.gathers())
         sites = [*self.adapter_sites.values(), *self.layernorm_sites.values()]
         for site in sites:
             site.route = route
@@ -365,36 +372,53 @@ class AdapterModel(nn.Module):
             for site in sites:
                 site.route = None
 
+    def gathers(self) -> bool:
+        """Whether routed passes gather (`self.gather`; by default, off the CPU)."""
+        if self.gather is not None:
+            return self.gather
+        return self.encoder.get_input_embeddings().weight.device.type != "cpu"
+
     def forward_parallel(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                          token_type_ids: torch.Tensor | None, block: Parallel
                          ) -> dict[str, torch.Tensor]:
         """Every adapter of `block` on the same batch: {name: its head's logits}. The layers
         below the first where any of them acts (AdapterDrop's adapters leave the lowest out)
-        run once, as the base; each adapter continues from there with its own rows' route.
-        Not one routed batch of all the continuations: on the CPU that measured slower than
-        separate passes (0.88x, `benchmarks/bench_routing.py`), its k-times larger
-        activations outgrowing the buffers the allocator reuses (fresh pages every pass).
+        run once, as the base. From there the adapters continue as one routed batch of k
+        copies where the model `gathers()` (a GPU, where a pass of a batch this size is
+        bound by kernel launches, not arithmetic), else each on its own: on the CPU the
+        batch of copies measured slower than separate passes (0.88x,
+        `benchmarks/bench_routing.py`), its k-times larger activations outgrowing the
+        buffers the allocator reuses.
 
         Raises:
-            AdapterError: a name that is not loaded, or one without a head.
+            AdapterError: a name that is not loaded, one without a head, or a fusion.
         """
-        for n in block.children:
+        names = list(dict.fromkeys(block.children))  # a name given twice runs once
+        for n in names:
             self._require(n)
             if n not in self.heads:
                 raise AdapterError(f"adapter {n!r} has no head")
+        batched = self.gathers()
         b = len(input_ids)
-        split = self.first_layer_acting(block.children)
+        split = self.first_layer_acting(names)
         shared = None
         if split is not None and isinstance(self.encoder, CompactBert):
             with self.routing([BASE] * b, attention_mask):
                 shared = self.encoder.run(self.encoder.embed(input_ids, attention_mask,
                                                              token_type_ids), 0, split)
         out = {}
-        for n in dict.fromkeys(block.children):  # a name given twice runs once
-            with self.routing([n] * b, attention_mask):
-                hidden = (self.encode(input_ids, attention_mask, token_type_ids)
-                          if shared is None else self.encoder.run(shared, split).padded())
-            out[n] = self.heads[n](hidden, attention_mask)
+        for group in [names] if batched else [[n] for n in names]:
+            k = len(group)
+            mask = attention_mask.repeat(k, 1)
+            with self.routing([n for n in group for _ in range(b)], mask):
+                if shared is None:
+                    types = None if token_type_ids is None else token_type_ids.repeat(k, 1)
+                    hidden = self.encode(input_ids.repeat(k, 1), mask, types)
+                else:
+                    hidden = self.encoder.run(shared.repeat(k) if k > 1 else shared,
+                                              split).padded()
+            for j, n in enumerate(group):  # the copies follow one another, in `group`'s order
+                out[n] = self.heads[n](hidden[j * b:(j + 1) * b], attention_mask)
         return out
 
     def first_layer_acting(self, names: Iterable[str]) -> int | None:

@@ -11,6 +11,13 @@ An encoder that packs a padded batch's real tokens into one [tokens, d] matrix (
 keeps them row by row, so each segment is a contiguous range of tokens too; given the rows'
 lengths, the route maps its segments onto those ranges wherever a site sees 2-D activations.
 
+That is the least arithmetic, and what a CPU wants. A GPU wants the fewest kernel launches:
+at a batch this size a pass there is bound by them, and the segmented form launches each
+site's kernels once per adapter. A route made with `gather` carries each row's slot (its
+adapter's place in `names`, 0 for the base) instead, and a site runs every adapter at once
+over their stacked weights, keeping each row's own (`gathered.py`): a constant number of
+launches, whatever the number of adapters, for some wasted arithmetic.
+
 `BASE` rows, and rows whose adapter has nothing at a site, keep exactly what the frozen base
 computed there, so they stay bit-identical to the base.
 
@@ -42,13 +49,19 @@ class Route:
     names: tuple[str, ...]
     segments: tuple[Segment, ...]  # in the sorted order, covering the batch
     order: torch.Tensor            # [batch] long: sorted position -> the caller's row
+    rows: tuple[int, ...]          # the same on the host, read without waiting on a GPU
     token_segments: tuple[Segment, ...] | None = None  # the same, in packed tokens
+    # with `gather`: [rows] each sorted row's slot (0: the base, k + 1: names[k]); [tokens]
+    # the same for packed tokens
+    slots: torch.Tensor | None = None
+    token_slots: torch.Tensor | None = None
 
     @classmethod
     def of(cls, per_row: list[str | None], device: torch.device | None = None,
-           lengths: list[int] | None = None) -> Route:
+           lengths: list[int] | None = None, gather: bool = False) -> Route:
         """A route from one adapter name per row (`BASE` or None: the untouched base);
-        `lengths`, each row's real tokens, for an encoder that packs them."""
+        `lengths`, each row's real tokens, for an encoder that packs them; `gather`: sites
+        run all the adapters at once over stacked weights (`gathered.py`)."""
         names = tuple(dict.fromkeys(n for n in per_row if n not in (None, BASE)))
         groups: dict[str | None, list[int]] = {None: []}
         groups.update({n: [] for n in names})
@@ -66,8 +79,18 @@ class Route:
             for row in order:
                 offsets.append(offsets[-1] + lengths[row])
             tokens = tuple((n, offsets[s], offsets[e]) for n, s, e in segments)
-        return cls(names, tuple(segments), torch.tensor(order, dtype=torch.long, device=device),
-                   tokens)
+        index = list(order)  # the row order and any slots, copied to the device at once
+        if gather:  # each segment's slot, once per row (and once per token)
+            slot = {None: 0, **{n: k + 1 for k, n in enumerate(names)}}
+            index += [slot[n] for n, s, e in segments for _ in range(s, e)]
+            if tokens is not None:
+                index += [slot[n] for n, s, e in tokens for _ in range(s, e)]
+        on_device = torch.tensor(index, dtype=torch.long, device=device)
+        b = len(order)
+        slots = on_device[b:2 * b] if gather else None
+        token_slots = on_device[2 * b:] if gather and tokens is not None else None
+        return cls(names, tuple(segments), on_device[:b], tuple(order), tokens, slots,
+                   token_slots)
 
     def sort(self, t: torch.Tensor) -> torch.Tensor:
         """The caller's batch in routed order."""
@@ -77,11 +100,30 @@ class Route:
         """A routed-order batch back in the caller's row order."""
         return torch.empty_like(t).index_copy_(0, self.order, t)
 
+    @property
+    def has_base(self) -> bool:
+        """True when some rows use the untouched base."""
+        return self.segments[0][0] is None
+
+    def slot_index(self, y: torch.Tensor) -> torch.Tensor:
+        """Each row's slot (gathered route), shaped to index per-slot tensors for `y`: [rows,
+        1] for [rows, n, d], [tokens] for a packed [tokens, d].
+
+        Raises:
+            ValueError: the route was made without `gather`, or packed activations and no
+                `lengths`.
+        """
+        slots = self.token_slots if y.dim() == 2 else self.slots
+        if slots is None:
+            raise ValueError("a gathered site needs a route made with gather=True (and the "
+                             "rows' lengths for packed activations)")
+        return slots if y.dim() == 2 else slots.view(-1, *(1,) * (y.dim() - 2))
+
     def rows_of(self, name: str) -> tuple[int, int, list[int]]:
         """(first, end) of `name`'s segment in routed order and its rows in the caller's order."""
         for n, start, end in self.segments:
             if n == name:
-                return start, end, self.order[start:end].tolist()
+                return start, end, list(self.rows[start:end])
         return 0, 0, []
 
     def apply(self, y: torch.Tensor, has: Callable[[str], bool],

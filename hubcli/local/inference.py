@@ -34,10 +34,8 @@ def run_model(model, task, features: list[dict], examples: list, labels: list[st
     device = model_device(model)
     with torch.inference_mode(), _threads_for(features):
         for idx in inference_batches(features, batch_size):
-            batch = to_device(task.collate([features[i] for i in idx]), device)
-            # to the CPU once per batch: decoding reads rows one by one
-            out = model(batch["input_ids"], batch["attention_mask"],
-                        batch.get("token_type_ids")).float().cpu()
+            batch = task.collate([features[i] for i in idx])
+            out = _to_cpu(model(*_inputs(batch, device)))
             for row, i in enumerate(idx):
                 logits[i] = _unpadded(out[row], features[i])
     return task.decode(logits, features, examples, labels)
@@ -53,6 +51,17 @@ def to_device(batch: dict, device) -> dict:
     if str(device) == "cpu":
         return batch
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def _inputs(batch: dict, device) -> tuple:
+    """(input_ids, attention_mask, token_type_ids or None) of `batch`, on `device`."""
+    batch = to_device(batch, device)
+    return batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids")
+
+
+def _to_cpu(t):
+    """A batch's output on the CPU, in float32, once (decoding reads it row by row)."""
+    return t.float().cpu()
 
 
 @contextmanager
@@ -116,13 +125,14 @@ def _run_routed(model, groups: list[RowGroup], encoded: list[list[dict]], batch_
 
     feats = [(g, f) for g, group_feats in enumerate(encoded) for f in group_feats]
     logits: list = [None] * len(feats)
+    device = model_device(model)
     with torch.inference_mode(), _threads_for([f for _, f in feats]):
         for idx in inference_batches([f for _, f in feats], batch_size):
             # the groups share one tokenizer, so any group's task pads alike
             batch = groups[0].task.collate([feats[i][1] for i in idx])
-            hidden, out = model.forward_routed(batch["input_ids"], batch["attention_mask"],
-                                               batch.get("token_type_ids"),
+            hidden, out = model.forward_routed(*_inputs(batch, device),
                                                [groups[feats[i][0]].adapter for i in idx])
+            hidden, out = _to_cpu(hidden), [None if o is None else _to_cpu(o) for o in out]
             for row, i in enumerate(idx):
                 logits[i] = (_embedding(hidden[row], batch["attention_mask"][row])
                              if groups[feats[i][0]].adapter == BASE
@@ -150,11 +160,12 @@ def run_parallel(model, tokenizer, groups: list[RowGroup], batch_size: int = INF
         return _run_routed(model, groups, feats, batch_size)
     block = Parallel(*(g.adapter for g in groups))
     logits: list[list] = [[None] * len(feats[0]) for _ in groups]
+    device = model_device(model)
     with torch.inference_mode(), _threads_for([f for group in feats for f in group]):
         for idx in inference_batches(feats[0], batch_size):
             batch = groups[0].task.collate([feats[0][i] for i in idx])
-            out = model.forward_parallel(batch["input_ids"], batch["attention_mask"],
-                                         batch.get("token_type_ids"), block)
+            out = {n: _to_cpu(o) for n, o in model.forward_parallel(*_inputs(batch, device),
+                                                                      block).items()}
             for g, group in enumerate(groups):
                 for row, i in enumerate(idx):
                     logits[g][i] = _unpadded(out[group.adapter][row], feats[g][i])

@@ -1,0 +1,168 @@
+"""A routed site in a constant number of kernel launches: every adapter of the route at once.
+
+The segmented form (`Route.apply`) runs each adapter on its own rows: the least arithmetic,
+but each site's kernels launch once per adapter, and at the batch sizes of serving a GPU is
+bound by those launches, not by the arithmetic (`benchmarks/bench_routing.py --device cuda`:
+a batch mixing 8 adapters took 3.7x one adapter's time). Here a site stacks the adapters'
+weights side by side, as Punica's and S-LoRA's kernels gather LoRA weights, and runs every
+row through all of them in one product each, keeping each row's own columns by its slot:
+
+    bottleneck (Houlsby): y + U[:, own] act(D[own] y + b_D[own]) + b_U[slot]
+    LoRA:                 y + (alpha / r) B[:, own] A[own] x
+    LayerNorm:            (x - mean) / std * gamma[slot] + beta[slot]
+
+where `own` are the rows' adapter's columns of the stacked bottlenecks (the others are set
+to zero before the up-projection, not multiplied by a mask, so nothing another adapter
+computes, an overflow included, reaches a row). A row of the base, or of an adapter with
+nothing here, gets exactly y (zeros contribute +0) or the base LayerNorm's own output, so it
+stays bit-identical to the base.
+
+The stacks are built once per route's adapters and kept until a weight changes; they are
+for inference only (the caller checks `torch.is_grad_enabled()`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Callable, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Parts(NamedTuple):
+    """One adapter as a stack takes it: out = y + up act(down . + down_bias) + up_bias, of x
+    or of y (`BottleneckAdapter.parts`, `LoraAdapter.parts`)."""
+
+    reads_input: bool            # LoRA reads the Linear's input x; a bottleneck its output y
+    down: torch.Tensor           # [m, d_in]
+    down_bias: torch.Tensor | None
+    act: Callable[[torch.Tensor], torch.Tensor] | None
+    up: torch.Tensor             # [d_out, m], LoRA's scale folded in
+    up_bias: torch.Tensor | None
+
+
+class Bottlenecks(NamedTuple):
+    """The route's adapters at one wrapped Linear, side by side."""
+
+    reads_input: bool
+    down: torch.Tensor            # [M, d_in]: every adapter's rows, grouped by activation
+    down_bias: torch.Tensor | None
+    acts: tuple[tuple[Callable[[torch.Tensor], torch.Tensor], int, int], ...]  # on columns
+    up: torch.Tensor              # [d_out, M]
+    up_bias: torch.Tensor | None  # [slots, d_out], zeros where a slot has no adapter
+    owner: torch.Tensor           # [M]: the slot each column belongs to
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        h = F.linear(x if self.reads_input else y, self.down, self.down_bias)
+        if len(self.acts) == 1:
+            h = self.acts[0][0](h)
+        elif self.acts:
+            h = torch.cat([act(h[..., s:e]) for act, s, e in self.acts], -1)
+        h = h.masked_fill(slots[..., None] != self.owner, 0.0)
+        out = y + F.linear(h, self.up)
+        return out if self.up_bias is None else out + self.up_bias[slots]
+
+
+class LayerNorms(NamedTuple):
+    """One LayerNorm's affine parameters per slot: the base's, plus each adapter's deltas."""
+
+    weight: torch.Tensor  # [slots, d]
+    bias: torch.Tensor    # [slots, d]
+    plain: torch.Tensor   # [slots] bool: the base's own parameters (no deltas here)
+    any_plain: bool       # an adapter of the route without deltas here (the base aside)
+
+    def __call__(self, x: torch.Tensor, base: nn.LayerNorm, slots: torch.Tensor,
+                 has_base: bool) -> torch.Tensor:
+        """`base` on `x` with each row's slot's parameters; rows of a plain slot get the base
+        LayerNorm's own output (`has_base`: the route has rows of the base)."""
+        normed = F.layer_norm(x, base.normalized_shape, None, None, base.eps)
+        out = torch.addcmul(self.bias[slots], normed, self.weight[slots])
+        if self.any_plain or has_base:
+            return torch.where(self.plain[slots][..., None], base(x), out)
+        return out
+
+
+class StackCache:
+    """A site's stacks for the last few routes' names (`SIZE`: a server alternating a few
+    mixes, a Parallel beside mixed batches), each kept while its weights stay: a weight
+    changed in place (an optimizer step, a load) bumps its version, a move to another device
+    changes its storage. The site clears it when it adds or removes an adapter. Listing the
+    weights walks the modules, which costs more than a gathered site's kernels take to
+    launch, so it is done on a rebuild only."""
+
+    SIZE = 4
+
+    def __init__(self) -> None:
+        self.kept: OrderedDict[tuple[str, ...], tuple[list[torch.Tensor], tuple, object]] = (
+            OrderedDict())
+
+    def clear(self) -> None:
+        self.kept.clear()
+
+    def get(self, names: tuple[str, ...], params: Callable[[], list[torch.Tensor]],
+            build: Callable[[], object]):
+        """The stack for `names`, from `build()` unless the one kept still holds."""
+        kept = self.kept.get(names)
+        if kept is not None and _seen(kept[0]) == kept[1]:
+            self.kept.move_to_end(names)
+            return kept[2]
+        weights = params()
+        stack = build()
+        self.kept[names] = (weights, _seen(weights), stack)
+        self.kept.move_to_end(names)
+        if len(self.kept) > self.SIZE:
+            self.kept.popitem(last=False)
+        return stack
+
+
+def _seen(params: list[torch.Tensor]) -> tuple:
+    return tuple((p.data_ptr(), p._version) for p in params)
+
+
+def bottlenecks(names: tuple[str, ...], adapters: dict[str, nn.Module]
+                ) -> Bottlenecks | None:
+    """The stack of `names`' adapters at one Linear (slot k + 1 for names[k]); None where they
+    cannot share one: both methods at one site, or a bottleneck that reads past its Linear
+    (its `parts()` is None)."""
+    present = [(k + 1, adapters[n].parts()) for k, n in enumerate(names) if n in adapters]
+    first = present[0][1]
+    if any(p is None or p.reads_input != first.reads_input
+           or (p.up_bias is None) != (first.up_bias is None) for _, p in present):
+        return None
+    groups: dict = {}  # one activation per run of columns: adapters with the same, together
+    for k, p in present:
+        groups.setdefault(p.act, []).append((k, p))
+    present = [kp for group in groups.values() for kp in group]
+    parts = [p for _, p in present]
+    acts, start = [], 0
+    for act, group in groups.items():
+        end = start + sum(p.down.shape[0] for _, p in group)
+        if act is not None:
+            acts.append((act, start, end))
+        start = end
+    up_bias = None
+    if first.up_bias is not None:  # a zero row for each slot without an adapter here
+        zeros, by_slot = first.up_bias.new_zeros(first.up.shape[0]), dict(present)
+        up_bias = torch.stack([by_slot[k].up_bias if k in by_slot else zeros
+                               for k in range(len(names) + 1)])
+    owner = torch.tensor([k for k, p in present for _ in range(p.down.shape[0])],
+                         device=first.down.device)
+    down_bias = None if first.down_bias is None else torch.cat([p.down_bias for p in parts])
+    return Bottlenecks(first.reads_input, torch.cat([p.down for p in parts]), down_bias,
+                       tuple(acts), torch.cat([p.up for p in parts], 1), up_bias, owner)
+
+
+def layernorms(names: tuple[str, ...], base: nn.LayerNorm, deltas: dict[str, nn.Module]
+               ) -> LayerNorms:
+    """The base LayerNorm's parameters per slot, with the deltas of `names` that have some
+    here (slot k + 1 for names[k]; slot 0, the base's)."""
+    weights, biases, plain = [base.weight], [base.bias], [True]
+    for n in names:
+        delta = deltas[n] if n in deltas else None
+        weights.append(base.weight if delta is None else base.weight + delta.weight_delta)
+        biases.append(base.bias if delta is None else base.bias + delta.bias_delta)
+        plain.append(delta is None)
+    return LayerNorms(torch.stack(weights), torch.stack(biases),
+                      torch.tensor(plain, device=base.weight.device), any(plain[1:]))
