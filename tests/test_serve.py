@@ -380,9 +380,13 @@ def test_options_ray_does_not_carry_are_refused(adapters):
     from hubcli.cli.main import cli
 
     result = CliRunner().invoke(cli, ["serve", "--ray", "--token", "t", "--max-adapters", "2",
-                                      adapters["sst"]])
+                                      "--device", "cuda", adapters["sst"]])
     assert result.exit_code != 0
-    assert "--max-adapters, --token cannot be used with --ray" in result.output
+    assert "--max-adapters, --token, --device cannot be used with --ray" in result.output
+    # a device this machine lacks: one line, before any adapter is read or the base loads
+    gpu = CliRunner().invoke(cli, ["serve", "--device", "cuda:0", adapters["sst"]])
+    assert gpu.exit_code == 1
+    assert "error: --device cuda:0: no CUDA GPU is available here" in gpu.stderr
     alone = CliRunner().invoke(cli, ["serve", "--replicas", "2", adapters["sst"]])
     assert alone.exit_code != 0 and "--replicas needs --ray" in alone.output
 

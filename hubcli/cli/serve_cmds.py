@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from hubcli.cli.model_cmds import attach_options
+from hubcli.cli.model_cmds import attach_options, device_option
 from hubcli.cli.output import notice
 from hubcli.errors import UsageError
 
@@ -52,10 +52,11 @@ POSITIVE = click.IntRange(min=1)
                    "Ray; requests name the adapter in the serve_multiplexed_model_id header")
 @click.option("--replicas", default=1, show_default=True, type=POSITIVE,
               help="Ray Serve replicas (with --ray)")
+@device_option("cpu", "; on a GPU mixed batches gather their adapters (not with --ray)")
 @attach_options
 def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, max_inputs,
               max_text_chars, no_batching, workers, allow_pull, max_adapters, max_adapter_mb,
-              admin_token, tokens, access_log, on_ray, replicas, **attach) -> None:
+              admin_token, tokens, access_log, on_ray, replicas, device, **attach) -> None:
     """Serve adapters over HTTP: hub serve ADAPTER... (folders or NS/NAME[@VERSION]).
 
     POST /v1/predict {"adapter": NAME, "inputs": [TEXT, ...]} answers what `hub predict
@@ -69,7 +70,7 @@ def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, m
         given = {"--no-batching": no_batching, "--workers": workers,
                  "--max-adapters": max_adapters, "--max-adapter-mb": max_adapter_mb,
                  "--admin-token": admin_token, "--token": tokens,
-                 "--access-log": access_log != "json"}
+                 "--access-log": access_log != "json", "--device": device != "cpu"}
         if unsupported := [flag for flag, value in given.items() if value]:
             raise UsageError(f"{', '.join(unsupported)} cannot be used with --ray",
                              hint="Ray Serve replicas batch (one pass at a time), evict (16 "
@@ -83,8 +84,11 @@ def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, m
     except ImportError as err:  # the [serve] extra is optional
         raise UsageError(f"hub serve needs {err.name}, which is not installed",
                          hint='pip install "adapter-hub[serve]"') from None
+    from hubcli.local.device import resolve
     from hubcli.serving.batcher import BatchSettings, default_workers
     from hubcli.serving.service import ServeSettings
+
+    device = resolve(device)  # a device this machine lacks: refused before anything loads
 
     settings = ServeSettings(BatchSettings(max_wait_ms, max_batch_tokens, queue_size,
                                            batching=not no_batching,
@@ -95,7 +99,7 @@ def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, m
     max_bytes = None if max_adapter_mb is None else int(max_adapter_mb * 2**20)
     serve(list(adapters) or ["__base__"], settings, host=host, port=port,
           access_log=access_log, notify=notice, allow_pull=allow_pull,
-          max_adapters=max_adapters, max_bytes=max_bytes, **attach)
+          max_adapters=max_adapters, max_bytes=max_bytes, device=device, **attach)
 
 
 def _serve_on_ray(adapters: list[str], **options) -> None:

@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hubcli.core.routing import Route
+
 
 class Parts(NamedTuple):
     """One adapter as a stack takes it: out = y + up act(down . + down_bias) + up_bias, of x
@@ -50,36 +52,41 @@ class Bottlenecks(NamedTuple):
     down: torch.Tensor            # [M, d_in]: every adapter's rows, grouped by activation
     down_bias: torch.Tensor | None
     acts: tuple[tuple[Callable[[torch.Tensor], torch.Tensor], int, int], ...]  # on columns
-    up: torch.Tensor              # [d_out, M]
+    up_t: torch.Tensor            # [M, d_out]: the up-projections, transposed for addmm
     up_bias: torch.Tensor | None  # [slots, d_out], zeros where a slot has no adapter
     owner: torch.Tensor           # [M]: the slot each column belongs to
+    layout: tuple                 # (slot, width) per run of columns: sites alike share masks
 
-    def __call__(self, x: torch.Tensor, y: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, y: torch.Tensor, route: Route) -> torch.Tensor:
+        slots = route.slot_index(y)
         h = F.linear(x if self.reads_input else y, self.down, self.down_bias)
         if len(self.acts) == 1:
             h = self.acts[0][0](h)
         elif self.acts:
             h = torch.cat([act(h[..., s:e]) for act, s, e in self.acts], -1)
-        h = h.masked_fill(slots[..., None] != self.owner, 0.0)
-        out = y + F.linear(h, self.up)
-        return out if self.up_bias is None else out + self.up_bias[slots]
+        # h is this call's own: cleared in place, with the mask every site of this layout uses
+        h.masked_fill_(route.memo(("others", self.layout, y.dim()),
+                                  lambda: slots[..., None] != self.owner), 0.0)
+        d = y.shape[-1]  # y + h U^T as one product-and-add, over all tokens as rows
+        out = torch.addmm(y.reshape(-1, d), h.reshape(-1, h.shape[-1]), self.up_t).view(y.shape)
+        return out if self.up_bias is None else out.add_(self.up_bias[slots])
 
 
 class LayerNorms(NamedTuple):
     """One LayerNorm's affine parameters per slot: the base's, plus each adapter's deltas."""
 
-    weight: torch.Tensor  # [slots, d]
-    bias: torch.Tensor    # [slots, d]
+    affine: torch.Tensor  # [slots, 2, d]: gamma and beta
     plain: torch.Tensor   # [slots] bool: the base's own parameters (no deltas here)
     any_plain: bool       # an adapter of the route without deltas here (the base aside)
 
-    def __call__(self, x: torch.Tensor, base: nn.LayerNorm, slots: torch.Tensor,
-                 has_base: bool) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, base: nn.LayerNorm, route: Route) -> torch.Tensor:
         """`base` on `x` with each row's slot's parameters; rows of a plain slot get the base
-        LayerNorm's own output (`has_base`: the route has rows of the base)."""
+        LayerNorm's own output."""
+        slots = route.slot_index(x)
         normed = F.layer_norm(x, base.normalized_shape, None, None, base.eps)
-        out = torch.addcmul(self.bias[slots], normed, self.weight[slots])
-        if self.any_plain or has_base:
+        affine = self.affine[slots]  # one gather for both
+        out = torch.addcmul(affine[..., 1, :], normed, affine[..., 0, :])
+        if self.any_plain or route.has_base:
             return torch.where(self.plain[slots][..., None], base(x), out)
         return out
 
@@ -151,7 +158,8 @@ def bottlenecks(names: tuple[str, ...], adapters: dict[str, nn.Module]
                          device=first.down.device)
     down_bias = None if first.down_bias is None else torch.cat([p.down_bias for p in parts])
     return Bottlenecks(first.reads_input, torch.cat([p.down for p in parts]), down_bias,
-                       tuple(acts), torch.cat([p.up for p in parts], 1), up_bias, owner)
+                       tuple(acts), torch.cat([p.up for p in parts], 1).t().contiguous(),
+                       up_bias, owner, tuple((k, p.down.shape[0]) for k, p in present))
 
 
 def layernorms(names: tuple[str, ...], base: nn.LayerNorm, deltas: dict[str, nn.Module]
@@ -164,5 +172,5 @@ def layernorms(names: tuple[str, ...], base: nn.LayerNorm, deltas: dict[str, nn.
         weights.append(base.weight if delta is None else base.weight + delta.weight_delta)
         biases.append(base.bias if delta is None else base.bias + delta.bias_delta)
         plain.append(delta is None)
-    return LayerNorms(torch.stack(weights), torch.stack(biases),
+    return LayerNorms(torch.stack([torch.stack(weights), torch.stack(biases)], 1),
                       torch.tensor(plain, device=base.weight.device), any(plain[1:]))

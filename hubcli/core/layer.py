@@ -309,7 +309,7 @@ class AdapterLinear(nn.Module):
                 return y
             stack = self._stacked(route.names)
             if stack is not None:  # else the adapters here cannot share one: by segments
-                return stack(x, y, route.slot_index(y))
+                return stack(x, y, route)
         return route.apply(y, self.adapters.__contains__,
                            lambda n, s, e: self._run(n, x[s:e], y[s:e], slice(s, e)))
 
@@ -364,8 +364,7 @@ class DeltaLayerNorm(nn.Module):
         if route.slots is not None and not torch.is_grad_enabled():
             if not any(n in self.deltas for n in route.names):
                 return self.base_layer(x)
-            return self._stacked(route.names)(x, self.base_layer, route.slot_index(x),
-                                              route.has_base)
+            return self._stacked(route.names)(x, self.base_layer, route)
         return route.apply(self.base_layer(x), self.deltas.__contains__,
                            lambda n, s, e: self.as_adapter(x[s:e], n))
 

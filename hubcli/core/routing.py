@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -55,6 +55,8 @@ class Route:
     # the same for packed tokens
     slots: torch.Tensor | None = None
     token_slots: torch.Tensor | None = None
+    # what the sites of one pass can share (a gathered layout's mask), built by the first
+    _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, per_row: list[str | None], device: torch.device | None = None,
@@ -99,6 +101,12 @@ class Route:
     def unsort(self, t: torch.Tensor) -> torch.Tensor:
         """A routed-order batch back in the caller's row order."""
         return torch.empty_like(t).index_copy_(0, self.order, t)
+
+    def memo(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """`make()`, once per route for `key`: what several sites of one pass compute alike."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
 
     @property
     def has_base(self) -> bool:

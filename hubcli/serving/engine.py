@@ -88,12 +88,13 @@ class Engine:
     several worker threads at once (each pass routes its own rows); `attach` and `detach`
     may come from any thread and wait for the passes running."""
 
-    def __init__(self, base: str | None = None, *, allow_unsigned: bool = False,
-                 allow_base_mismatch: bool = False,
+    def __init__(self, base: str | None = None, *, device: str = "cpu",
+                 allow_unsigned: bool = False, allow_base_mismatch: bool = False,
                  notify: Callable[[str], None] = lambda _m: None) -> None:
+        """Raises: OptionError (`device`), ModelError (the base)."""
         from hubcli.api import AdapterHub
 
-        self.hub = AdapterHub(base, notify=notify)
+        self.hub = AdapterHub(base, device=device, notify=notify)
         self.hub.base.tokenizer = OneCallAtATime(self.hub.base.tokenizer)
         self.attach_policy = {"allow_unsigned": allow_unsigned,
                               "allow_base_mismatch": allow_base_mismatch}

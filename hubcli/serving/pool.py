@@ -88,11 +88,11 @@ class Pool:
         self._meta = threading.Lock()
 
     @classmethod
-    def for_adapters(cls, refs: list[str], *, base: str | None = None,
+    def for_adapters(cls, refs: list[str], *, base: str | None = None, device: str = "cpu",
                      allow_unsigned: bool = False, allow_base_mismatch: bool = False,
                      notify: Callable[[str], None] = lambda _m: None, **options) -> Pool:
         """A pool on `base` (default: the base the first adapter was trained on, else the
-        packaged one) with every adapter in `refs` attached (`BASE` needs none).
+        packaged one), on `device`, with every adapter in `refs` attached (`BASE` needs none).
 
         Raises:
             as `add`.
@@ -104,7 +104,7 @@ class Pool:
         refs = [r for r in refs if r != BASE]
         if refs:
             base = base_for(manifest_io.read(resolve_adapter(refs[0], notify=notify)), base)
-        engine = Engine(base, allow_unsigned=allow_unsigned,
+        engine = Engine(base, device=device, allow_unsigned=allow_unsigned,
                         allow_base_mismatch=allow_base_mismatch, notify=notify)
         pool = cls(engine, notify=notify, **options)
         for ref in refs:
