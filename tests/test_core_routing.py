@@ -119,17 +119,23 @@ def test_base_rows_and_nothing_active_are_bit_identical_to_the_untouched_base(mo
 
 def test_an_adapter_gone_wrong_reaches_no_other_row(model, base):
     """NaN in one adapter's weights stays in its own rows: a gathered site computes every
-    adapter on every row, and must drop the others' results, not multiply them by zero."""
+    adapter on every row, and must drop the others' results, not multiply them by zero; and
+    it multiplies every row by every up-projection, so a NaN there makes it run by
+    segments."""
     names = add_houlsby_set(model)
     batch = encode(base.tokenizer, TEXTS[:3])
     with torch.inference_mode():
         before, _ = model.forward_routed(**batch, per_row=[names[0], BASE, names[1]])
-        for site in model.adapter_sites.values():
-            if names[1] in site.adapters:
-                site.adapters[names[1]].down.bias.fill_(float("nan"))
-        after, _ = model.forward_routed(**batch, per_row=[names[0], BASE, names[1]])
-    assert torch.equal(after[:2], before[:2])
-    assert torch.isnan(after[2]).all()
+        for weight in ("down.bias", "up.weight"):  # cleared columns; a product with them
+            for site in model.adapter_sites.values():
+                if names[1] in site.adapters:
+                    site.adapters[names[1]].get_parameter(weight).fill_(float("nan"))
+            after, _ = model.forward_routed(**batch, per_row=[names[0], BASE, names[1]])
+            # a gathered site with a non-finite up-projection runs by segments: the same
+            # numbers to rounding, the base row the same bits
+            assert torch.equal(after[1], before[1]), weight
+            assert torch.allclose(after[0], before[0], atol=1e-5, rtol=0), weight
+            assert torch.isnan(after[2]).all(), weight
 
 
 def test_route_ends_with_the_block_and_weight_changes_show_at_once(model, base):
@@ -222,3 +228,71 @@ def test_two_threads_route_their_own_batches_through_one_model_at_once(model, ba
     assert "b" in got and not torch.equal(expected[0], expected[1])
     assert torch.allclose(got["a"], expected[0], atol=1e-6, rtol=0)
     assert torch.allclose(got["b"], expected[1], atol=1e-6, rtol=0)
+
+
+def test_a_gathered_site_stacks_a_set_of_adapters_once_whatever_the_rows_order(base, monkeypatch):
+    from hubcli.core import gathered
+
+    model = AdapterModel(base.encoder)
+    model.gather = True
+    model.eval()
+    names = add_houlsby_set(model)
+    builds = []
+    real = gathered.bottlenecks
+    monkeypatch.setattr(gathered, "bottlenecks", lambda *a: builds.append(a[0]) or real(*a))
+    batch = encode(base.tokenizer, TEXTS[:3])
+    with torch.inference_mode():
+        for per_row in ([names[0], names[1], BASE], [names[1], BASE, names[0]],
+                        [BASE, names[0], names[1]]):
+            model.forward_routed(**batch, per_row=per_row)
+    sites = sum(1 for s in model.adapter_sites.values() if {names[0], names[1]} & set(s.adapters))
+    assert sites > 0 and builds == [(names[0], names[1])] * sites
+
+
+def test_adapters_made_under_inference_mode_route_gathered(base):
+    """Tensors made under torch.inference_mode have no version counter for the stack cache
+    to read; routing through them still works, and equals the adapter alone."""
+    model = AdapterModel(base.encoder)
+    model.gather = True
+    model.eval()
+    batch = encode(base.tokenizer, TEXTS[:2])
+    with torch.inference_mode():
+        for k, name in enumerate(("x", "y")):
+            model.add_adapter(name, HoulsbyConfig(bottleneck=4, init_scale=0.3), SEQ)
+        _, logits = model.forward_routed(**batch, per_row=["x", "y"])
+        model.activate("y")
+        alone = model(**encode(base.tokenizer, TEXTS[1:2]))[0]
+    assert torch.allclose(logits[1], alone, atol=1e-5, rtol=0)
+
+
+def test_the_stack_cache_holds_up_under_threads_evicting_each_other():
+    """hub serve's workers share each site's cache: lookups, inserts and evictions from
+    several threads at once never fail (they did with an unlocked LRU)."""
+    import sys
+    import threading
+
+    from hubcli.core.gathered import StackCache
+
+    cache, errors = StackCache(), []
+    keys = [(f"n{k}",) for k in range(StackCache.SIZE + 2)]
+    weights = [torch.zeros(1) for _ in range(200)]  # a lookup long enough to be interrupted
+
+    def work(offset):
+        try:
+            for i in range(300):
+                key = keys[(i * (offset + 1)) % len(keys)]
+                assert cache.get(key, lambda: weights, lambda key=key: key) == key
+        except Exception as err:  # noqa: BLE001 - the test reports any
+            errors.append(repr(err))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == [] and len(cache.kept) == StackCache.SIZE

@@ -13,16 +13,19 @@ row through all of them in one product each, keeping each row's own columns by i
 
 where `own` are the rows' adapter's columns of the stacked bottlenecks (the others are set
 to zero before the up-projection, not multiplied by a mask, so nothing another adapter
-computes, an overflow included, reaches a row). A row of the base, or of an adapter with
-nothing here, gets exactly y (zeros contribute +0) or the base LayerNorm's own output, so it
-stays bit-identical to the base.
+computes, an overflow included, reaches a row; an up-projection with a NaN or an infinity
+would reach every row through those zeros, so a site with one runs by segments). A row of
+the base, or of an adapter with nothing here, gets exactly y (zeros contribute +0) or the
+base LayerNorm's own output, so it stays bit-identical to the base.
 
-The stacks are built once per route's adapters and kept until a weight changes; they are
-for inference only (the caller checks `torch.is_grad_enabled()`).
+The stacks are built once per set of the route's adapters (a route numbers its adapters in
+name order, whatever order the rows come in) and kept until a weight changes; they are for
+inference only (the caller checks `torch.is_grad_enabled()`).
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Callable, NamedTuple
 
@@ -104,35 +107,46 @@ class StackCache:
     def __init__(self) -> None:
         self.kept: OrderedDict[tuple[str, ...], tuple[list[torch.Tensor], tuple, object]] = (
             OrderedDict())
+        self._lock = threading.Lock()  # hub serve's workers route through one site at once
+
+    def __getstate__(self) -> dict:  # a copy (deepcopy, pickle) starts empty, with its own lock
+        return {}
+
+    def __setstate__(self, _state: dict) -> None:
+        self.__init__()
 
     def clear(self) -> None:
-        self.kept.clear()
+        with self._lock:
+            self.kept.clear()
 
     def get(self, names: tuple[str, ...], params: Callable[[], list[torch.Tensor]],
             build: Callable[[], object]):
         """The stack for `names`, from `build()` unless the one kept still holds."""
-        kept = self.kept.get(names)
-        if kept is not None and _seen(kept[0]) == kept[1]:
-            self.kept.move_to_end(names)
-            return kept[2]
-        weights = params()
-        stack = build()
-        self.kept[names] = (weights, _seen(weights), stack)
-        self.kept.move_to_end(names)
-        if len(self.kept) > self.SIZE:
-            self.kept.popitem(last=False)
-        return stack
+        with self._lock:
+            kept = self.kept.get(names)
+            if kept is not None and _seen(kept[0]) == kept[1]:
+                self.kept.move_to_end(names)
+                return kept[2]
+            weights = params()
+            stack = build()
+            self.kept[names] = (weights, _seen(weights), stack)
+            if len(self.kept) > self.SIZE:
+                self.kept.popitem(last=False)
+            return stack
 
 
 def _seen(params: list[torch.Tensor]) -> tuple:
-    return tuple((p.data_ptr(), p._version) for p in params)
+    # an inference tensor (made under torch.inference_mode) has no version counter: only its
+    # storage tells, so one written in place there goes unnoticed, as `p.data` writes do
+    return tuple((p.data_ptr(), 0 if p.is_inference() else p._version) for p in params)
 
 
 def bottlenecks(names: tuple[str, ...], adapters: dict[str, nn.Module]
                 ) -> Bottlenecks | None:
     """The stack of `names`' adapters at one Linear (slot k + 1 for names[k]); None where they
-    cannot share one: both methods at one site, or a bottleneck that reads past its Linear
-    (its `parts()` is None)."""
+    cannot share one: both methods at one site, a bottleneck that reads past its Linear (its
+    `parts()` is None), or an up-projection that is not finite (every row multiplies it,
+    even by zero: 0 x NaN would reach them all)."""
     present = [(k + 1, adapters[n].parts()) for k, n in enumerate(names) if n in adapters]
     first = present[0][1]
     if any(p is None or p.reads_input != first.reads_input
@@ -156,10 +170,13 @@ def bottlenecks(names: tuple[str, ...], adapters: dict[str, nn.Module]
                                for k in range(len(names) + 1)])
     owner = torch.tensor([k for k, p in present for _ in range(p.down.shape[0])],
                          device=first.down.device)
+    up_t = torch.cat([p.up for p in parts], 1).t().contiguous()
+    if not bool(torch.isfinite(up_t).all()):
+        return None
     down_bias = None if first.down_bias is None else torch.cat([p.down_bias for p in parts])
     return Bottlenecks(first.reads_input, torch.cat([p.down for p in parts]), down_bias,
-                       tuple(acts), torch.cat([p.up for p in parts], 1).t().contiguous(),
-                       up_bias, owner, tuple((k, p.down.shape[0]) for k, p in present))
+                       tuple(acts), up_t, up_bias, owner,
+                       tuple((k, p.down.shape[0]) for k, p in present))
 
 
 def layernorms(names: tuple[str, ...], base: nn.LayerNorm, deltas: dict[str, nn.Module]

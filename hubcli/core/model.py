@@ -81,12 +81,10 @@ class AdapterModel(nn.Module):
         # attaches it: a component two composed adapters share is attached once
         self.sources: dict[str, str] = {}
         self.active: str | None = None
-        # how routed passes run. True: each site runs all of a batch's adapters at once over
-        # stacked weights, and a Parallel continues as one routed batch of its copies (the
-        # fewest kernel launches, for some wasted arithmetic: what a GPU wants); False: each
-        # adapter on its own rows, each Parallel member on its own (the least arithmetic:
-        # what a CPU wants); None: by the device the weights are on. Inference only: with
-        # gradients, sites always run by segments.
+        # routed passes: True gathers (every site runs a batch's adapters at once over stacked
+        # weights, a Parallel continues as one batch of its copies: fewest launches, for a GPU);
+        # False runs each adapter on its own rows (least arithmetic, for a CPU); None: by the
+        # device of the weights. With gradients, sites always run by segments.
         self.gather: bool | None = None
 
     # -- managing named adapters -------------------------------------------------------------
@@ -407,7 +405,8 @@ class AdapterModel(nn.Module):
                 shared = self.encoder.run(self.encoder.embed(input_ids, attention_mask,
                                                              token_type_ids), 0, split)
         out = {}
-        for group in [names] if batched else [[n] for n in names]:
+        # batched, the copies follow one another in name order, the order a route keeps
+        for group in [sorted(names)] if batched else [[n] for n in names]:
             k = len(group)
             mask = attention_mask.repeat(k, 1)
             with self.routing([n for n in group for _ in range(b)], mask):
@@ -417,7 +416,7 @@ class AdapterModel(nn.Module):
                 else:
                     hidden = self.encoder.run(shared.repeat(k) if k > 1 else shared,
                                               split).padded()
-            for j, n in enumerate(group):  # the copies follow one another, in `group`'s order
+            for j, n in enumerate(group):
                 out[n] = self.heads[n](hidden[j * b:(j + 1) * b], attention_mask)
         return out
 
@@ -434,11 +433,13 @@ class AdapterModel(nn.Module):
         return min(acting, default=self.num_layers)
 
     def forward_routed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                       token_type_ids: torch.Tensor | None, per_row: list[str | None]
+                       token_type_ids: torch.Tensor | None, per_row: list[str | None],
+                       logits_to: torch.device | str | None = None
                        ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """One pass with a different adapter per row: (hidden states, per-row logits of that
         row's head, None for `BASE` rows and adapters without a head), in the caller's row
-        order. Heads differ in size, so each runs on its own rows.
+        order. Heads differ in size, so each runs on its own rows; `logits_to`: each head's
+        output moved there (the CPU, from a GPU) in one copy before it is split into rows.
 
         Raises:
             AdapterError: a name that is not loaded.
@@ -453,6 +454,7 @@ class AdapterModel(nn.Module):
                 continue
             start, end, rows = route.rows_of(name)
             out = self.heads[name](hidden[start:end], mask[start:end])
+            out = out if logits_to is None else out.to(logits_to)
             for j, r in enumerate(rows):
                 logits[r] = out[j]
         return route.unsort(hidden), logits

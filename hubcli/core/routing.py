@@ -64,7 +64,9 @@ class Route:
         """A route from one adapter name per row (`BASE` or None: the untouched base);
         `lengths`, each row's real tokens, for an encoder that packs them; `gather`: sites
         run all the adapters at once over stacked weights (`gathered.py`)."""
-        names = tuple(dict.fromkeys(n for n in per_row if n not in (None, BASE)))
+        # in name order: the same adapters in any row order make the same route's slots, so
+        # a gathered site's stacks for them are built once (gathered.StackCache)
+        names = tuple(sorted({n for n in per_row if n not in (None, BASE)}))
         groups: dict[str | None, list[int]] = {None: []}
         groups.update({n: [] for n in names})
         for row, n in enumerate(per_row):

@@ -130,9 +130,11 @@ def _run_routed(model, groups: list[RowGroup], encoded: list[list[dict]], batch_
         for idx in inference_batches([f for _, f in feats], batch_size):
             # the groups share one tokenizer, so any group's task pads alike
             batch = groups[0].task.collate([feats[i][1] for i in idx])
-            hidden, out = model.forward_routed(*_inputs(batch, device),
-                                               [groups[feats[i][0]].adapter for i in idx])
-            hidden, out = _to_cpu(hidden), [None if o is None else _to_cpu(o) for o in out]
+            adapters = [groups[feats[i][0]].adapter for i in idx]
+            hidden, out = model.forward_routed(*_inputs(batch, device), adapters,
+                                               logits_to="cpu")
+            if BASE in adapters:  # their embeddings are read from the hidden states
+                hidden = _to_cpu(hidden)
             for row, i in enumerate(idx):
                 logits[i] = (_embedding(hidden[row], batch["attention_mask"][row])
                              if groups[feats[i][0]].adapter == BASE
