@@ -82,10 +82,15 @@ def no_segments(monkeypatch, model) -> None:
 
 
 def test_mixed_batch_of_eight_adapters_matches_each_row_alone(model, base, monkeypatch):
+    from hubcli.core import heads
+
     names = add_houlsby_set(model)
     per_row = [*names, BASE, names[3], BASE, names[0]]
     batch = encode(base.tokenizer, TEXTS)
     no_segments(monkeypatch, model)
+    stacked = []  # gathered, heads of one kind run as one stack (the [CLS] one is alone)
+    real = heads.stack_heads
+    monkeypatch.setattr(heads, "stack_heads", lambda hs: stacked.append(len(hs)) or real(hs))
     with torch.inference_mode():
         hidden, logits = model.forward_routed(batch["input_ids"], batch["attention_mask"],
                                               batch["token_type_ids"], per_row)
@@ -98,6 +103,8 @@ def test_mixed_batch_of_eight_adapters_matches_each_row_alone(model, base, monke
             assert got.shape == expected.shape, name
             assert torch.allclose(got, expected, atol=1e-5, rtol=0), (i, name)
     assert logits[8] is None and logits[10] is None
+    # five mean-pooling sequence heads (2, 3, 2, 1, 2 outputs) and two token heads (5, 2)
+    assert sorted(stacked) == ([2, 5] if model.gather else [])
 
 
 def test_base_rows_and_nothing_active_are_bit_identical_to_the_untouched_base(model, base):

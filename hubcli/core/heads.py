@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from typing import NamedTuple
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from hubcli.core.gathered import StackCache
 from hubcli.format.spec import HEAD_TYPES
 
 
@@ -53,13 +57,16 @@ class SequenceHead(nn.Module):
         self.out = nn.Linear(d, cfg.num_outputs)
 
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        if self.pooling == "cls":
-            pooled = hidden[:, 0]
-        else:
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-        x = torch.tanh(self.dense(self.dropout(pooled)))
+        x = torch.tanh(self.dense(self.dropout(pool(hidden, attention_mask, self.pooling))))
         return self.out(self.dropout(x))
+
+
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """[rows, n, d] -> [rows, d]: the first ([CLS]) token, or the mean over real tokens."""
+    if pooling == "cls":
+        return hidden[:, 0]
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
 
 class TokenHead(nn.Module):
@@ -78,3 +85,80 @@ def build_head(d: int, cfg: HeadConfig) -> nn.Module:
     if cfg.type in ("sequence_classification", "regression"):
         return SequenceHead(d, cfg)
     return TokenHead(d, cfg)
+
+
+class HeadStack(NamedTuple):
+    """Heads of one kind side by side, for rows that each use their own (inference): every
+    row goes through all of them in one product per layer and keeps its own head's outputs,
+    padded to the widest (`gathered_heads`)."""
+
+    pooling: str | None         # sequence heads' pooling; None for token heads
+    dense: torch.Tensor | None  # [K d, d] and [K d]: sequence heads' dense layers
+    dense_bias: torch.Tensor | None
+    out: torch.Tensor           # [K C, d] and [K C], each head's rows padded to C
+    out_bias: torch.Tensor
+    width: int                  # C, the widest head's outputs
+
+    def __call__(self, hidden: torch.Tensor, mask: torch.Tensor, slot: torch.Tensor
+                 ) -> torch.Tensor:
+        """[rows, C] (sequence) or [rows, n, C] (token): each row's own head."""
+        rows = torch.arange(len(slot), device=slot.device)
+        if self.pooling is None:
+            out = F.linear(hidden, self.out, self.out_bias)
+            return out.view(*out.shape[:-1], -1, self.width)[rows, :, slot]
+        x = F.linear(pool(hidden, mask, self.pooling), self.dense, self.dense_bias)
+        x = torch.tanh(x.view(len(slot), -1, hidden.shape[-1])[rows, slot])
+        return F.linear(x, self.out, self.out_bias).view(len(slot), -1, self.width)[rows, slot]
+
+
+def head_kind(head: nn.Module) -> tuple:
+    """Heads of one kind can share a stack: sequence heads pooling alike, or token heads."""
+    return ("sequence", head.pooling) if isinstance(head, SequenceHead) else ("token",)
+
+
+def stack_heads(heads: list[nn.Module]) -> HeadStack:
+    """`heads` (one kind, `head_kind`) side by side."""
+    width = max(h.out.out_features for h in heads)
+    outs = [F.pad(h.out.weight, (0, 0, 0, width - h.out.out_features)) for h in heads]
+    biases = [F.pad(h.out.bias, (0, width - h.out.out_features)) for h in heads]
+    sequence = isinstance(heads[0], SequenceHead)
+    return HeadStack(heads[0].pooling if sequence else None,
+                     torch.cat([h.dense.weight for h in heads]) if sequence else None,
+                     torch.cat([h.dense.bias for h in heads]) if sequence else None,
+                     torch.cat(outs), torch.cat(biases), width)
+
+
+def routed_heads(heads: dict[str, nn.Module], segments: list[tuple[str, int, int]],
+                 hidden: torch.Tensor, mask: torch.Tensor, stacks: dict | None,
+                 to: torch.device | str | None = None) -> dict[str, torch.Tensor]:
+    """Each segment's rows (name, first, end) through that adapter's head: {name: its rows'
+    outputs}, moved `to` (in one copy per head, or per stack). With `stacks` (a gathered
+    route: a GPU) in inference, heads of one kind run as one `HeadStack` over the rows they
+    span, kept in `stacks` per kind; else each head runs on its own rows."""
+    if torch.is_grad_enabled() or any(heads[n].training for n, _, _ in segments):
+        stacks = None  # a stack is for inference: no gradients, no dropout
+    groups: dict = {}
+    for n, s, e in segments:
+        groups.setdefault(n if stacks is None else head_kind(heads[n]), []).append((n, s, e))
+    out = {}
+    for kind, members in groups.items():
+        if len(members) == 1:
+            n, s, e = members[0]
+            o = heads[n](hidden[s:e], mask[s:e])
+            out[n] = o if to is None else o.to(to)
+            continue
+        names = tuple(n for n, _, _ in members)
+        # the heads' own weights in the key: a head replaced under its name has new ones
+        params = [p for n in names for p in heads[n].parameters()]
+        stack = stacks.setdefault(kind, StackCache()).get(
+            (names, tuple(map(id, params))), lambda: params,
+            lambda: stack_heads([heads[n] for n in names]))
+        lo, hi = min(s for _, s, _ in members), max(e for _, _, e in members)
+        slot = [0] * (hi - lo)  # rows of other heads in the span: any slot, dropped below
+        for k, (_, s, e) in enumerate(members):
+            slot[s - lo:e - lo] = [k] * (e - s)
+        res = stack(hidden[lo:hi], mask[lo:hi], torch.tensor(slot, device=hidden.device))
+        res = res if to is None else res.to(to)
+        for n, s, e in members:
+            out[n] = res[s - lo:e - lo, ..., :heads[n].out.out_features]
+    return out

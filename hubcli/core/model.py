@@ -17,7 +17,7 @@ from torch import nn
 from hubcli.core.bert import CompactBert
 from hubcli.core.composition import Block, Fuse, Parallel, fusions_in, names_in, owner
 from hubcli.core.config import PLACEMENTS, AdapterConfig
-from hubcli.core.heads import HeadConfig, build_head
+from hubcli.core.heads import HeadConfig, build_head, routed_heads
 from hubcli.core.layer import AdapterFusion, AdapterLinear, DeltaLayerNorm
 from hubcli.core.names import AdapterTable
 from hubcli.core.routing import BASE, Route
@@ -73,6 +73,7 @@ class AdapterModel(nn.Module):
         for name in EXTRA_LAYERNORMS:
             self.layernorm_sites[name] = _swap(encoder, t.extra_layernorms[name], DeltaLayerNorm)
         self.heads = AdapterTable()
+        self._stacks: dict = {}  # routed heads stacked per kind, when gathering (routed_heads)
         self.infos: dict[str, AdapterInfo] = {}
         # names for compositions of loaded adapters (a fusion or stack attached from a
         # manifest with `requires`): `activate(name)` routes through the block
@@ -416,8 +417,9 @@ class AdapterModel(nn.Module):
                 else:
                     hidden = self.encoder.run(shared.repeat(k) if k > 1 else shared,
                                               split).padded()
-            for j, n in enumerate(group):
-                out[n] = self.heads[n](hidden[j * b:(j + 1) * b], attention_mask)
+            out.update(routed_heads(self.heads, [(n, j * b, (j + 1) * b) for j, n in
+                                                 enumerate(group)], hidden, mask,
+                                    self._stacks if batched else None))
         return out
 
     def first_layer_acting(self, names: Iterable[str]) -> int | None:
@@ -438,8 +440,9 @@ class AdapterModel(nn.Module):
                        ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """One pass with a different adapter per row: (hidden states, per-row logits of that
         row's head, None for `BASE` rows and adapters without a head), in the caller's row
-        order. Heads differ in size, so each runs on its own rows; `logits_to`: each head's
-        output moved there (the CPU, from a GPU) in one copy before it is split into rows.
+        order. Each head runs on its own rows (gathered, heads of one kind as one stack:
+        `heads.routed_heads`); `logits_to`: their outputs moved there (the CPU, from a GPU)
+        in one copy per head or stack before they are split into rows.
 
         Raises:
             AdapterError: a name that is not loaded.
@@ -449,13 +452,11 @@ class AdapterModel(nn.Module):
             hidden = self.encode(route.sort(input_ids), mask,
                                  None if token_type_ids is None else route.sort(token_type_ids))
         logits: list[torch.Tensor | None] = [None] * len(per_row)
-        for name in route.names:
-            if name not in self.heads:
-                continue
-            start, end, rows = route.rows_of(name)
-            out = self.heads[name](hidden[start:end], mask[start:end])
-            out = out if logits_to is None else out.to(logits_to)
-            for j, r in enumerate(rows):
+        outs = routed_heads(self.heads, [g for g in route.segments if g[0] in self.heads],
+                            hidden, mask, None if route.slots is None else self._stacks,
+                            logits_to)
+        for name, out in outs.items():
+            for j, r in enumerate(route.rows_of(name)[2]):
                 logits[r] = out[j]
         return route.unsort(hidden), logits
 
