@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
 from typing import NamedTuple
 
 import torch
@@ -90,7 +89,7 @@ def build_head(d: int, cfg: HeadConfig) -> nn.Module:
 class HeadStack(NamedTuple):
     """Heads of one kind side by side, for rows that each use their own (inference): every
     row goes through all of them in one product per layer and keeps its own head's outputs,
-    padded to the widest (`gathered_heads`)."""
+    padded to the widest (`routed_heads`)."""
 
     pooling: str | None         # sequence heads' pooling; None for token heads
     dense: torch.Tensor | None  # [K d, d] and [K d]: sequence heads' dense layers
@@ -150,7 +149,8 @@ def routed_heads(heads: dict[str, nn.Module], segments: list[tuple[str, int, int
         names = tuple(n for n, _, _ in members)
         # the heads' own weights in the key: a head replaced under its name has new ones
         params = [p for n in names for p in heads[n].parameters()]
-        stack = stacks.setdefault(kind, StackCache()).get(
+        cache = stacks.get(kind) or stacks.setdefault(kind, StackCache())  # made once
+        stack = cache.get(
             (names, tuple(map(id, params))), lambda: params,
             lambda: stack_heads([heads[n] for n in names]))
         lo, hi = min(s for _, s, _ in members), max(e for _, _, e in members)

@@ -304,7 +304,7 @@ class AdapterLinear(nn.Module):
         return y
 
     def _routed(self, x: torch.Tensor, y: torch.Tensor, route: Route) -> torch.Tensor:
-        if route.slots is not None and not torch.is_grad_enabled():
+        if route.gathering():
             if not any(n in self.adapters for n in route.names):
                 return y
             stack = self._stacked(route.names)
@@ -361,7 +361,7 @@ class DeltaLayerNorm(nn.Module):
         route = self.route
         if route is None:
             return self.as_adapter(x, self.active)
-        if route.slots is not None and not torch.is_grad_enabled():
+        if route.gathering():
             if not any(n in self.deltas for n in route.names):
                 return self.base_layer(x)
             return self._stacked(route.names)(x, self.base_layer, route)

@@ -453,7 +453,7 @@ class AdapterModel(nn.Module):
                                  None if token_type_ids is None else route.sort(token_type_ids))
         logits: list[torch.Tensor | None] = [None] * len(per_row)
         outs = routed_heads(self.heads, [g for g in route.segments if g[0] in self.heads],
-                            hidden, mask, None if route.slots is None else self._stacks,
+                            hidden, mask, self._stacks if route.gathering() else None,
                             logits_to)
         for name, out in outs.items():
             for j, r in enumerate(route.rows_of(name)[2]):

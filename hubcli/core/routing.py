@@ -110,6 +110,11 @@ class Route:
             self._memo[key] = make()
         return self._memo[key]
 
+    def gathering(self) -> bool:
+        """True when a site runs this route gathered: it carries slots, and no gradients are
+        recorded (the stacks are for inference)."""
+        return self.slots is not None and not torch.is_grad_enabled()
+
     @property
     def has_base(self) -> bool:
         """True when some rows use the untouched base."""
