@@ -176,7 +176,9 @@ def predict_each(folders: list[Path], texts: list[str], *, base: str | None = No
         OptionError (`device`).
     """
     from hubcli.local.attach import base_for, verify_adapter
+    from hubcli.local.device import resolve
 
+    device = resolve(device)  # a device this machine lacks: refused before anything is read
     # every adapter is verified before the base loads, and only once
     bundles = [verify_adapter(Path(f), allow_unsigned=allow_unsigned, notify=notify)
                for f in folders]
