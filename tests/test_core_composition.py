@@ -36,11 +36,14 @@ def test_parallel_equals_running_each_adapter_separately(model, base, gather):
     model.gather = gather
     with torch.inference_mode():
         together = model.forward_parallel(**batch, block=Parallel("a", "b", "c"))
+        # where a GPU's results go to the CPU: moved as they come out, shapes kept
+        moved = model.forward_parallel(**batch, block=Parallel("a", "b", "c"), logits_to="meta")
         for name in ("a", "b", "c"):
             model.activate(name)
             alone = model(**batch)
             assert together[name].shape == alone.shape
             assert torch.allclose(together[name], alone, atol=1e-5, rtol=0), name
+            assert moved[name].device.type == "meta" and moved[name].shape == alone.shape
 
 
 @pytest.mark.parametrize("gather", [False, True], ids=["each", "batched"])

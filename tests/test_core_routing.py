@@ -256,6 +256,27 @@ def test_a_gathered_site_stacks_a_set_of_adapters_once_whatever_the_rows_order(b
     assert sites > 0 and builds == [(names[0], names[1])] * sites
 
 
+def test_removing_an_adapter_frees_its_weights_from_the_gathered_stacks(base):
+    """Removed, an adapter's bottlenecks, LayerNorm deltas and head are garbage: no site's or
+    head kind's stack keeps them alive (a server swapping adapters in and out would grow)."""
+    import gc
+    import weakref
+
+    model = AdapterModel(base.encoder)
+    model.gather = True
+    model.eval()
+    for name in ("x", "y"):
+        model.add_adapter(name, HoulsbyConfig(bottleneck=4, init_scale=0.3), SEQ)
+    batch = encode(base.tokenizer, TEXTS[:2])
+    refs = [weakref.ref(p) for p in model.named_adapter_tensors("x").values()]
+    with torch.inference_mode():
+        model.forward_routed(**batch, per_row=["x", "y"])
+    assert model._stacks, "the heads ran as one stack"
+    model.remove_adapter("x")
+    gc.collect()
+    assert [r for r in refs if r() is not None] == []
+
+
 def test_adapters_made_under_inference_mode_route_gathered(base):
     """Tensors made under torch.inference_mode have no version counter for the stack cache
     to read; routing through them still works, and equals the adapter alone."""

@@ -2,7 +2,8 @@
 
 One frozen base serves many adapters: each named adapter owns its bottleneck modules, its
 LayerNorm deltas and its head; `activate(name)` routes the forward pass through them, and with
-none active the encoder computes exactly what the untouched base computes.
+none active the encoder computes exactly what the untouched base computes. The passes that
+mix adapters (rows routed to their own, a Parallel) are in `passes.py`.
 """
 
 from __future__ import annotations
@@ -14,15 +15,14 @@ from typing import Iterable, Iterator
 import torch
 from torch import nn
 
-from hubcli.core.bert import CompactBert
 from hubcli.core.composition import Block, Fuse, Parallel, fusions_in, names_in, owner
 from hubcli.core.config import PLACEMENTS, AdapterConfig
-from hubcli.core.heads import HeadConfig, build_head, routed_heads
+from hubcli.core.heads import HeadConfig, build_head
 from hubcli.core.layer import AdapterFusion, AdapterLinear, DeltaLayerNorm
 from hubcli.core.names import AdapterTable
-from hubcli.core.routing import BASE, Route
-from hubcli.format.spec import EXTRA_LAYERNORMS, layernorm_sites
+from hubcli.core.passes import RoutedPasses
 from hubcli.core.targets import targets_for
+from hubcli.format.spec import EXTRA_LAYERNORMS, layernorm_sites
 from hubcli.errors import AdapterError
 
 
@@ -43,7 +43,7 @@ def _swap(root: nn.Module, path: str, wrap) -> nn.Module:
     return wrapped
 
 
-class AdapterModel(nn.Module):
+class AdapterModel(RoutedPasses, nn.Module):
     """A frozen encoder with adapter sites injected (every placement of the targets table, for
     every method), plus one head per adapter."""
 
@@ -218,6 +218,8 @@ class AdapterModel(nn.Module):
             site.remove(name)
         if name in self.heads:
             del self.heads[name]
+            for cache in self._stacks.values():  # stacks holding its head's weights go too
+                cache.clear()
         del self.infos[name]
         if self.active == name:
             self.active = None
@@ -339,126 +341,7 @@ class AdapterModel(nn.Module):
         counts["base"] = self.base_parameter_count
         return counts
 
-    # -- forward ---------------------------------------------------------------------------------
-
-    @contextmanager
-    def routing(self, per_row: list[str | None], attention_mask: torch.Tensor | None = None
-                ) -> Iterator[Route]:
-        """Within the block, every site routes row i of the batch to adapter `per_row[i]`
-        (`BASE` or None: the untouched base), whatever is active. The batch must be in the
-        route's order: `route.sort` it before the encoder and `route.unsort` what comes out.
-        `attention_mask` (the caller's order) lets the route follow an encoder that packs
-        the real tokens.
-
-        Raises:
-            AdapterError: a name that is not loaded, or a fusion.
-        """
-        for n in per_row:
-            if n not in (None, BASE):
-                self._require(n)
-                if isinstance(self.infos[n].config, Fuse) or n in self.compositions:
-                    raise AdapterError(f"{n} is a fusion or stack; rows are routed to single "
-                                       "adapters", hint="activate() it instead")
-        ref = self.encoder.get_input_embeddings().weight
-        lengths = None if attention_mask is None else attention_mask.sum(1).tolist()
-        route = Route.of(per_row, ref.device, lengths, gather=self.gathers())
-        sites = [*self.adapter_sites.values(), *self.layernorm_sites.values()]
-        for site in sites:
-            site.route = route
-        try:
-            yield route
-        finally:
-            for site in sites:
-                site.route = None
-
-    def gathers(self) -> bool:
-        """Whether routed passes gather (`self.gather`; by default, off the CPU)."""
-        if self.gather is not None:
-            return self.gather
-        return self.encoder.get_input_embeddings().weight.device.type != "cpu"
-
-    def forward_parallel(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                         token_type_ids: torch.Tensor | None, block: Parallel
-                         ) -> dict[str, torch.Tensor]:
-        """Every adapter of `block` on the same batch: {name: its head's logits}. The layers
-        below the first where any of them acts (AdapterDrop's adapters leave the lowest out)
-        run once, as the base. From there the adapters continue as one routed batch of k
-        copies where the model `gathers()` (a GPU, where a pass of a batch this size is
-        bound by kernel launches, not arithmetic), else each on its own: on the CPU the
-        batch of copies measured slower than separate passes (0.88x,
-        `benchmarks/bench_routing.py`), its k-times larger activations outgrowing the
-        buffers the allocator reuses.
-
-        Raises:
-            AdapterError: a name that is not loaded, one without a head, or a fusion.
-        """
-        names = list(dict.fromkeys(block.children))  # a name given twice runs once
-        for n in names:
-            self._require(n)
-            if n not in self.heads:
-                raise AdapterError(f"adapter {n!r} has no head")
-        batched = self.gathers()
-        b = len(input_ids)
-        split = self.first_layer_acting(names)
-        shared = None
-        if split is not None and isinstance(self.encoder, CompactBert):
-            with self.routing([BASE] * b, attention_mask):
-                shared = self.encoder.run(self.encoder.embed(input_ids, attention_mask,
-                                                             token_type_ids), 0, split)
-        out = {}
-        # batched, the copies follow one another in name order, the order a route keeps
-        for group in [sorted(names)] if batched else [[n] for n in names]:
-            k = len(group)
-            mask = attention_mask.repeat(k, 1)
-            with self.routing([n for n in group for _ in range(b)], mask):
-                if shared is None:
-                    types = None if token_type_ids is None else token_type_ids.repeat(k, 1)
-                    hidden = self.encode(input_ids.repeat(k, 1), mask, types)
-                else:
-                    hidden = self.encoder.run(shared.repeat(k) if k > 1 else shared,
-                                              split).padded()
-            out.update(routed_heads(self.heads, [(n, j * b, (j + 1) * b) for j, n in
-                                                 enumerate(group)], hidden, mask,
-                                    self._stacks if batched else None))
-        return out
-
-    def first_layer_acting(self, names: Iterable[str]) -> int | None:
-        """The lowest layer where any of `names` has an adapter or a LayerNorm delta (the
-        number of layers where none has); None where one has deltas on the embeddings'
-        LayerNorm. Below it they all compute what the base computes."""
-        names = set(names)
-        if any(names & set(self.layernorm_sites[e].deltas) for e in EXTRA_LAYERNORMS):
-            return None
-        acting = [i for (i, _), site in self.adapter_sites.items() if names & set(site.adapters)]
-        acting += [i for i in range(self.num_layers) for p in PLACEMENTS
-                   if names & set(self.layernorm_sites[f"layers.{i}.{p}"].deltas)]
-        return min(acting, default=self.num_layers)
-
-    def forward_routed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                       token_type_ids: torch.Tensor | None, per_row: list[str | None],
-                       logits_to: torch.device | str | None = None
-                       ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
-        """One pass with a different adapter per row: (hidden states, per-row logits of that
-        row's head, None for `BASE` rows and adapters without a head), in the caller's row
-        order. Each head runs on its own rows (gathered, heads of one kind as one stack:
-        `heads.routed_heads`); `logits_to`: their outputs moved there (the CPU, from a GPU)
-        in one copy per head or stack before they are split into rows.
-
-        Raises:
-            AdapterError: a name that is not loaded.
-        """
-        with self.routing(per_row, attention_mask) as route:
-            mask = route.sort(attention_mask)
-            hidden = self.encode(route.sort(input_ids), mask,
-                                 None if token_type_ids is None else route.sort(token_type_ids))
-        logits: list[torch.Tensor | None] = [None] * len(per_row)
-        outs = routed_heads(self.heads, [g for g in route.segments if g[0] in self.heads],
-                            hidden, mask, self._stacks if route.gathering() else None,
-                            logits_to)
-        for name, out in outs.items():
-            for j, r in enumerate(route.rows_of(name)[2]):
-                logits[r] = out[j]
-        return route.unsort(hidden), logits
+    # -- forward (one block; routed passes and Parallel: passes.RoutedPasses) ---------------
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:

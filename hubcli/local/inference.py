@@ -166,8 +166,7 @@ def run_parallel(model, tokenizer, groups: list[RowGroup], batch_size: int = INF
     with torch.inference_mode(), _threads_for([f for group in feats for f in group]):
         for idx in inference_batches(feats[0], batch_size):
             batch = groups[0].task.collate([feats[0][i] for i in idx])
-            out = {n: _to_cpu(o) for n, o in model.forward_parallel(*_inputs(batch, device),
-                                                                      block).items()}
+            out = model.forward_parallel(*_inputs(batch, device), block, logits_to="cpu")
             for g, group in enumerate(groups):
                 for row, i in enumerate(idx):
                     logits[g][i] = _unpadded(out[group.adapter][row], feats[g][i])

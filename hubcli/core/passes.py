@@ -1,0 +1,149 @@
+"""The forward passes that mix adapters: rows routed to their own adapters in one pass
+(`forward_routed`), and one input through several adapters at once (`forward_parallel`).
+
+`RoutedPasses` is a mixin of `AdapterModel`: it reads the model's sites, heads and adapter
+table, and sets a `Route` on every site for the length of a pass (`routing`). Whether a pass
+gathers (every site runs all its adapters at once over stacked weights: a GPU's way) or runs
+each adapter on its own rows (a CPU's) is the model's `gather` switch (`gathers`).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterable, Iterator
+
+import torch
+
+from hubcli.core.bert import CompactBert
+from hubcli.core.composition import Fuse, Parallel
+from hubcli.core.config import PLACEMENTS
+from hubcli.core.heads import routed_heads
+from hubcli.core.routing import BASE, Route
+from hubcli.errors import AdapterError
+from hubcli.format.spec import EXTRA_LAYERNORMS
+
+
+class RoutedPasses:
+    """Routed and Parallel passes over an `AdapterModel` (its `encoder`, `adapter_sites`,
+    `layernorm_sites`, `heads`, `infos`, `compositions`, `gather` and `encode`)."""
+
+    @contextmanager
+    def routing(self, per_row: list[str | None], attention_mask: torch.Tensor | None = None
+                ) -> Iterator[Route]:
+        """Within the block, every site routes row i of the batch to adapter `per_row[i]`
+        (`BASE` or None: the untouched base), whatever is active. The batch must be in the
+        route's order: `route.sort` it before the encoder and `route.unsort` what comes out.
+        `attention_mask` (the caller's order) lets the route follow an encoder that packs
+        the real tokens.
+
+        Raises:
+            AdapterError: a name that is not loaded, or a fusion.
+        """
+        for n in per_row:
+            if n not in (None, BASE):
+                self._require(n)
+                if isinstance(self.infos[n].config, Fuse) or n in self.compositions:
+                    raise AdapterError(f"{n} is a fusion or stack; rows are routed to single "
+                                       "adapters", hint="activate() it instead")
+        ref = self.encoder.get_input_embeddings().weight
+        lengths = None if attention_mask is None else attention_mask.sum(1).tolist()
+        route = Route.of(per_row, ref.device, lengths, gather=self.gathers())
+        sites = [*self.adapter_sites.values(), *self.layernorm_sites.values()]
+        for site in sites:
+            site.route = route
+        try:
+            yield route
+        finally:
+            for site in sites:
+                site.route = None
+
+    def gathers(self) -> bool:
+        """Whether routed passes gather (`self.gather`; by default, off the CPU)."""
+        if self.gather is not None:
+            return self.gather
+        return self.encoder.get_input_embeddings().weight.device.type != "cpu"
+
+    def forward_parallel(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                         token_type_ids: torch.Tensor | None, block: Parallel,
+                         logits_to: torch.device | str | None = None
+                         ) -> dict[str, torch.Tensor]:
+        """Every adapter of `block` on the same batch: {name: its head's logits, moved to
+        `logits_to` if given, in one copy per head or per stack of heads}. The layers
+        below the first where any of them acts (AdapterDrop's adapters leave the lowest out)
+        run once, as the base. From there the adapters continue as one routed batch of k
+        copies where the model `gathers()` (a GPU, where a pass of a batch this size is
+        bound by kernel launches, not arithmetic), else each on its own: on the CPU the
+        batch of copies measured slower than separate passes (0.88x,
+        `benchmarks/bench_routing.py`), its k-times larger activations outgrowing the
+        buffers the allocator reuses.
+
+        Raises:
+            AdapterError: a name that is not loaded, one without a head, or a fusion.
+        """
+        names = list(dict.fromkeys(block.children))  # a name given twice runs once
+        for n in names:
+            self._require(n)
+            if n not in self.heads:
+                raise AdapterError(f"adapter {n!r} has no head")
+        batched = self.gathers()
+        b = len(input_ids)
+        split = self.first_layer_acting(names)
+        shared = None
+        if split is not None and isinstance(self.encoder, CompactBert):
+            with self.routing([BASE] * b, attention_mask):
+                shared = self.encoder.run(self.encoder.embed(input_ids, attention_mask,
+                                                             token_type_ids), 0, split)
+        out = {}
+        # batched, the copies follow one another in name order, the order a route keeps
+        for group in [sorted(names)] if batched else [[n] for n in names]:
+            k = len(group)
+            mask = attention_mask.repeat(k, 1)
+            with self.routing([n for n in group for _ in range(b)], mask):
+                if shared is None:
+                    types = None if token_type_ids is None else token_type_ids.repeat(k, 1)
+                    hidden = self.encode(input_ids.repeat(k, 1), mask, types)
+                else:
+                    hidden = self.encoder.run(shared.repeat(k) if k > 1 else shared,
+                                              split).padded()
+            out.update(routed_heads(self.heads, [(n, j * b, (j + 1) * b) for j, n in
+                                                 enumerate(group)], hidden, mask,
+                                    self._stacks if batched else None, logits_to))
+        return out
+
+    def first_layer_acting(self, names: Iterable[str]) -> int | None:
+        """The lowest layer where any of `names` has an adapter or a LayerNorm delta (the
+        number of layers where none has); None where one has deltas on the embeddings'
+        LayerNorm. Below it they all compute what the base computes."""
+        names = set(names)
+        if any(names & set(self.layernorm_sites[e].deltas) for e in EXTRA_LAYERNORMS):
+            return None
+        acting = [i for (i, _), site in self.adapter_sites.items() if names & set(site.adapters)]
+        acting += [i for i in range(self.num_layers) for p in PLACEMENTS
+                   if names & set(self.layernorm_sites[f"layers.{i}.{p}"].deltas)]
+        return min(acting, default=self.num_layers)
+
+    def forward_routed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                       token_type_ids: torch.Tensor | None, per_row: list[str | None],
+                       logits_to: torch.device | str | None = None
+                       ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """One pass with a different adapter per row: (hidden states, per-row logits of that
+        row's head, None for `BASE` rows and adapters without a head), in the caller's row
+        order. Each head runs on its own rows (gathered, heads of one kind as one stack:
+        `heads.routed_heads`); `logits_to`: their outputs moved there (the CPU, from a GPU)
+        in one copy per head or stack before they are split into rows.
+
+        Raises:
+            AdapterError: a name that is not loaded.
+        """
+        with self.routing(per_row, attention_mask) as route:
+            mask = route.sort(attention_mask)
+            hidden = self.encode(route.sort(input_ids), mask,
+                                 None if token_type_ids is None else route.sort(token_type_ids))
+        logits: list[torch.Tensor | None] = [None] * len(per_row)
+        outs = routed_heads(self.heads, [g for g in route.segments if g[0] in self.heads],
+                            hidden, mask, self._stacks if route.gathering() else None,
+                            logits_to)
+        for name, out in outs.items():
+            for j, r in enumerate(route.rows_of(name)[2]):
+                logits[r] = out[j]
+        return route.unsort(hidden), logits
