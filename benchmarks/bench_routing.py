@@ -25,7 +25,15 @@ with the ratios the routing issue sets targets for (mixed/one >= 0.85 and mixed/
 in throughput, sep4/parallel >= 2, fuse/bare <= 1.5 in time). On a GPU (`--device cuda`)
 each timed call ends with a synchronize.
 
+With `--host-bound` the base is a random BERT as deep as the packaged one, with the same
+tokenizer and sentences, but 12x narrower (d=32), and the bottlenecks are 2 wide: the
+arithmetic all but vanishes, and what is timed is what the host does per pass (Python, and
+torch's dispatch of each operation). On a GPU a batch this size is bound by exactly that
+(`--device cuda`: 4-7 ms a pass, 2.4 ms of it kernels), so this is the CPU's view of the
+cost a GPU pays, for work on the host's side where no GPU is at hand.
+
     python benchmarks/bench_routing.py [--repeats 9] [--threads N] [--top 1,2,3] [--device cuda]
+                                       [--host-bound]
 """
 
 from __future__ import annotations
@@ -39,29 +47,35 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def build(n_adapters: int, tops: list[int]):
+def build(n_adapters: int, tops: list[int], host_bound: bool = False):
     import torch
 
     from hubcli.base.load import load_base
+    from hubcli.core.bert import CompactBert
     from hubcli.core.composition import Fuse
     from hubcli.core.config import HoulsbyConfig
     from hubcli.core.heads import HeadConfig
     from hubcli.core.model import AdapterModel
 
     base = load_base(None)
-    model = AdapterModel(base.encoder)
-    head = HeadConfig("sequence_classification", 2, ("negative", "positive"))
     torch.manual_seed(0)
+    encoder, bottleneck = base.encoder, 64
+    if host_bound:  # the packaged base's depth, tokenizer and sentences; random, 12x narrower
+        encoder = CompactBert({**base.encoder.raw_config, "hidden_size": 32,
+                               "num_attention_heads": 2, "intermediate_size": 64}).eval()
+        bottleneck = 2
+    model = AdapterModel(encoder)
+    head = HeadConfig("sequence_classification", 2, ("negative", "positive"))
     names = [f"ad{k}" for k in range(n_adapters)]
     for n in names:
-        model.add_adapter(n, HoulsbyConfig(bottleneck=64, init_scale=0.05), head)
+        model.add_adapter(n, HoulsbyConfig(bottleneck=bottleneck, init_scale=0.05), head)
     fuse = Fuse(*names[:3])
     model.add_fusion(fuse, head)
     n_layers = model.num_layers
     for top in tops:
         for k in range(4):
             model.add_adapter(f"top{top}_{k}", HoulsbyConfig(
-                bottleneck=64, init_scale=0.05, layers=tuple(range(n_layers - top, n_layers)),
+                bottleneck=bottleneck, init_scale=0.05, layers=tuple(range(n_layers - top, n_layers)),
                 layernorm="own-layers"), head)
     model.eval()
     return base, model, names, fuse
@@ -101,6 +115,9 @@ def main() -> None:
     ap.add_argument("--top", default="1,2,3",
                     help="layer counts K for the parallel_topK variants (comma-separated)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--host-bound", action="store_true",
+                    help="a random base as deep as the packaged one but 12x narrower, "
+                         "bottleneck 2: what is timed is the host's work per pass")
     args = ap.parse_args()
     tops = [int(k) for k in args.top.split(",") if k]
     import torch
@@ -109,7 +126,7 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    base, model, names, fuse = build(8, tops)
+    base, model, names, fuse = build(8, tops, args.host_bound)
     model.to(args.device)
     texts = sentences(args.batch)
     batch = {k: v.to(args.device) for k, v in base.tokenizer(
@@ -188,6 +205,7 @@ def main() -> None:
 
     print(json.dumps({
         "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),
+        "host_bound": args.host_bound,
         "batch": len(texts), "tokens_per_row": int(batch["input_ids"].shape[1]),
         "threads": torch.get_num_threads(), "repeats": args.repeats, "max_abs_diff": diff,
         "best_ms": {k: round(v * 1e3, 1) for k, v in best.items()},

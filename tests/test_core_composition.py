@@ -164,9 +164,27 @@ def test_fused_inference_equals_the_fusion_by_definition(model, batch, children)
     with torch.no_grad():
         folded = model.encode(**batch)
     stacked = model.encode(**batch)  # gradients on: the outputs are stacked
-    assert sites and all((f._bottlenecks is not None) == ("c" not in children) for f in sites)
+    assert sites and all(bool(f._fold.kept) == ("c" not in children) for f in sites)
     assert torch.allclose(folded, stacked, atol=1e-5, rtol=0)
     assert (folded - stacked).abs().max() > 0 or "c" in children  # two ways, not one
+
+
+def test_a_component_loaded_again_is_fused_with_its_new_weights(model, batch):
+    """A server unloads an adapter a fusion uses and loads it again (new weights): the
+    folded matrices kept for the fusion are rebuilt from the new ones, not reused."""
+    fused = Fuse("a", "b")
+    model.add_fusion(fused, SEQ)
+    model.activate(fused)
+    with torch.no_grad():
+        before = model.encode(**batch)
+        model.remove_adapter("b")
+        model.add_adapter("b", HoulsbyConfig(bottleneck=4), TAGS)
+        _randomise(model, "b", seed=99)
+        model.activate(fused)
+        folded = model.encode(**batch)
+    stacked = model.encode(**batch)  # gradients on: nothing kept, by definition
+    assert (folded - before).abs().max() > 1e-3
+    assert torch.allclose(folded, stacked, atol=1e-5, rtol=0)
 
 
 def _train(model, trained: str, block, batch, steps: int = 2) -> None:

@@ -136,7 +136,7 @@ def test_a_fusion_mixes_forms_and_stacking_works(model, base):
         folded = _encode(model, mixed, batch)  # no fold for pf: its outputs are stacked
     assert torch.allclose(folded, model.encode(**batch), atol=1e-5, rtol=0)
     assert (folded - alone_pf).abs().max().item() > 1e-3 and not any(
-        s.fusions[mixed.name]._bottlenecks for s in model.adapter_sites.values()
+        s.fusions[mixed.name]._fold.kept for s in model.adapter_sites.values()
         if mixed.name in s.fusions)
     stacked = _encode(model, Stack("h", "pf"), batch)
     assert (stacked - alone_pf).abs().max().item() > 1e-3  # h's output reaches pf

@@ -15,6 +15,7 @@ the base LayerNorms. Torch-free: blocks are plain values.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Union
 
 Block = Union[str, "Stack", "Parallel", "Fuse"]
@@ -48,7 +49,7 @@ class Stack(_Block):
 
 
 class Fuse(_Block):
-    @property
+    @cached_property  # read at every site of every pass
     def name(self) -> str:
         """The name of this fusion's own parameters and head, as an adapter's."""
         return str(self)

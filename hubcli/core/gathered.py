@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Callable, NamedTuple
+from typing import Callable, Hashable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -72,41 +72,45 @@ class Bottlenecks(NamedTuple):
                                   lambda: slots[..., None] != self.owner), 0.0)
         d = y.shape[-1]  # y + h U^T as one product-and-add, over all tokens as rows
         out = torch.addmm(y.reshape(-1, d), h.reshape(-1, h.shape[-1]), self.up_t).view(y.shape)
-        return out if self.up_bias is None else out.add_(self.up_bias[slots])
+        return out if self.up_bias is None else out.add_(per_slot(self.up_bias, slots))
 
 
 class LayerNorms(NamedTuple):
     """One LayerNorm's affine parameters per slot: the base's, plus each adapter's deltas."""
 
-    affine: torch.Tensor  # [slots, 2, d]: gamma and beta
+    affine: torch.Tensor  # [slots, 2 d]: gamma, then beta
     plain: torch.Tensor   # [slots] bool: the base's own parameters (no deltas here)
-    any_plain: bool       # an adapter of the route without deltas here (the base aside)
+    plain_slots: tuple[bool, ...]  # the same on the host: LayerNorms alike share row masks
 
     def __call__(self, x: torch.Tensor, base: nn.LayerNorm, route: Route) -> torch.Tensor:
         """`base` on `x` with each row's slot's parameters; rows of a plain slot get the base
         LayerNorm's own output."""
         slots = route.slot_index(x)
         normed = F.layer_norm(x, base.normalized_shape, None, None, base.eps)
-        affine = self.affine[slots]  # one gather for both
-        out = torch.addcmul(affine[..., 1, :], normed, affine[..., 0, :])
-        if self.any_plain or route.has_base:
-            return torch.where(self.plain[slots][..., None], base(x), out)
+        affine = per_slot(self.affine, slots)  # one gather for both
+        d = x.shape[-1]
+        out = torch.addcmul(affine[..., d:], normed, affine[..., :d])
+        if any(self.plain_slots[1:]) or route.has_base:
+            return torch.where(route.memo(("plain", self.plain_slots, x.dim()),
+                                          lambda: per_slot(self.plain, slots)[..., None]),
+                               base(x), out)
         return out
 
 
 class StackCache:
-    """A site's stacks for the last few routes' names (`SIZE`: a server alternating a few
-    mixes, a Parallel beside mixed batches), each kept while its weights stay: a weight
-    changed in place (an optimizer step, a load) bumps its version, a move to another device
-    changes its storage. The site clears it when it adds or removes an adapter. Listing the
-    weights walks the modules, which costs more than a gathered site's kernels take to
-    launch, so it is done on a rebuild only."""
+    """What was stacked (or folded) from some adapters' weights, for the last few keys
+    (`SIZE`: a server alternating a few mixes, a Parallel beside mixed batches): a site's
+    stacks per route's names, a head kind's per set of heads, a fusion's fold per set of
+    components. Each is kept while its weights stay: a weight changed in place (an optimizer
+    step, a load) bumps its version, a move to another device changes its storage. The site
+    clears it when it adds or removes an adapter. Listing the weights walks the modules,
+    which costs more than a gathered site's kernels take to launch, so it is done on a
+    rebuild only."""
 
     SIZE = 4
 
     def __init__(self) -> None:
-        self.kept: OrderedDict[tuple[str, ...], tuple[list[torch.Tensor], tuple, object]] = (
-            OrderedDict())
+        self.kept: OrderedDict[Hashable, _Kept] = OrderedDict()
         self._lock = threading.Lock()  # hub serve's workers route through one site at once
 
     def __getstate__(self) -> dict:  # a copy (deepcopy, pickle) starts empty, with its own lock
@@ -119,35 +123,64 @@ class StackCache:
         with self._lock:
             self.kept.clear()
 
-    def get(self, names: tuple[str, ...], params: Callable[[], list[torch.Tensor]],
+    def get(self, key: Hashable, params: Callable[[], list[torch.Tensor]],
             build: Callable[[], object]):
-        """The stack for `names`, from `build()` unless the one kept still holds."""
+        """The stack for `key`, from `build()` (of the weights `params()` lists) unless the
+        one kept still holds."""
         with self._lock:
-            kept = self.kept.get(names)
-            if kept is not None and _seen(kept[0]) == kept[1]:
-                self.kept.move_to_end(names)
-                return kept[2]
-            weights = params()
-            stack = build()
-            self.kept[names] = (weights, _seen(weights), stack)
+            kept = self.kept.get(key)
+            if kept is not None and kept.holds():
+                self.kept.move_to_end(key)
+                return kept.stack
+            self.kept[key] = _Kept.of(params(), build())
             if len(self.kept) > self.SIZE:
                 self.kept.popitem(last=False)
-            return stack
+            return self.kept[key].stack
 
 
-def _seen(params: list[torch.Tensor]) -> tuple:
-    # an inference tensor (made under torch.inference_mode) has no version counter: only its
-    # storage tells, so one written in place there goes unnoticed, as `p.data` writes do
-    return tuple((p.data_ptr(), 0 if p.is_inference() else p._version) for p in params)
+class _Kept(NamedTuple):
+    """A stack with what its weights were when it was built: their storages and versions."""
+
+    weights: list[torch.Tensor]
+    versioned: list[torch.Tensor]  # those with a version counter
+    ptrs: list[int]
+    versions: list[int]
+    stack: object
+
+    @classmethod
+    def of(cls, weights: list[torch.Tensor], stack: object) -> _Kept:
+        # an inference tensor (made under torch.inference_mode) has no version counter: only
+        # its storage tells, so one written in place there goes unnoticed, as `p.data` writes do
+        versioned = [p for p in weights if not p.is_inference()]
+        return cls(weights, versioned, [p.data_ptr() for p in weights],
+                   [p._version for p in versioned], stack)
+
+    def holds(self) -> bool:
+        """No weight moved (its storage) or was written in place (its version) since. Run on
+        every site of every pass: two flat comprehensions, no tuples built."""
+        return ([p.data_ptr() for p in self.weights] == self.ptrs
+                and [p._version for p in self.versioned] == self.versions)
+
+
+def unchanged(_x: torch.Tensor, y: torch.Tensor, _route: Route) -> torch.Tensor:
+    """The stack of a Linear none of the route's adapters is at: its output as it is."""
+    return y
+
+
+def base_only(x: torch.Tensor, base: nn.LayerNorm, _route: Route) -> torch.Tensor:
+    """The stack of a LayerNorm none of the route's adapters has deltas at: the base's."""
+    return base(x)
 
 
 def bottlenecks(names: tuple[str, ...], adapters: dict[str, nn.Module]
-                ) -> Bottlenecks | None:
-    """The stack of `names`' adapters at one Linear (slot k + 1 for names[k]); None where they
-    cannot share one: both methods at one site, a bottleneck that reads past its Linear (its
-    `parts()` is None), or an up-projection that is not finite (every row multiplies it,
-    even by zero: 0 x NaN would reach them all)."""
+                ) -> Bottlenecks | Callable | None:
+    """The stack of `names`' adapters at one Linear (slot k + 1 for names[k]), `unchanged`
+    where none is here; None where they cannot share one: both methods at one site, a
+    bottleneck that reads past its Linear (its `parts()` is None), or an up-projection that
+    is not finite (every row multiplies it, even by zero: 0 x NaN would reach them all)."""
     present = [(k + 1, adapters[n].parts()) for k, n in enumerate(names) if n in adapters]
+    if not present:
+        return unchanged
     first = present[0][1]
     if any(p is None or p.reads_input != first.reads_input
            or (p.up_bias is None) != (first.up_bias is None) for _, p in present):
@@ -180,14 +213,23 @@ def bottlenecks(names: tuple[str, ...], adapters: dict[str, nn.Module]
 
 
 def layernorms(names: tuple[str, ...], base: nn.LayerNorm, deltas: dict[str, nn.Module]
-               ) -> LayerNorms:
+               ) -> LayerNorms | Callable:
     """The base LayerNorm's parameters per slot, with the deltas of `names` that have some
-    here (slot k + 1 for names[k]; slot 0, the base's)."""
+    here (slot k + 1 for names[k]; slot 0, the base's); `base_only` where none has."""
+    if not any(n in deltas for n in names):
+        return base_only
     weights, biases, plain = [base.weight], [base.bias], [True]
     for n in names:
         delta = deltas[n] if n in deltas else None
         weights.append(base.weight if delta is None else base.weight + delta.weight_delta)
         biases.append(base.bias if delta is None else base.bias + delta.bias_delta)
         plain.append(delta is None)
-    return LayerNorms(torch.stack([torch.stack(weights), torch.stack(biases)], 1),
-                      torch.tensor(plain, device=base.weight.device), any(plain[1:]))
+    return LayerNorms(torch.cat([torch.stack(weights), torch.stack(biases)], 1),
+                      torch.tensor(plain, device=base.weight.device), tuple(plain))
+
+
+def per_slot(table: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """`table[slots]`, a per-slot table's row for each row or token (`Route.slot_index`), as
+    one `index_select`: indexing with a tensor costs the host several times more per call,
+    and a pass makes two per site."""
+    return table.index_select(0, slots.view(-1)).view(*slots.shape, *table.shape[1:])

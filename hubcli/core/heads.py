@@ -101,13 +101,19 @@ class HeadStack(NamedTuple):
     def __call__(self, hidden: torch.Tensor, mask: torch.Tensor, slot: torch.Tensor
                  ) -> torch.Tensor:
         """[rows, C] (sequence) or [rows, n, C] (token): each row's own head."""
-        rows = torch.arange(len(slot), device=slot.device)
         if self.pooling is None:
             out = F.linear(hidden, self.out, self.out_bias)
-            return out.view(*out.shape[:-1], -1, self.width)[rows, :, slot]
+            return _own(out.view(*out.shape[:-1], -1, self.width), slot)
         x = F.linear(pool(hidden, mask, self.pooling), self.dense, self.dense_bias)
-        x = torch.tanh(x.view(len(slot), -1, hidden.shape[-1])[rows, slot])
-        return F.linear(x, self.out, self.out_bias).view(len(slot), -1, self.width)[rows, slot]
+        x = torch.tanh(_own(x.view(len(slot), -1, hidden.shape[-1]), slot))
+        return _own(F.linear(x, self.out, self.out_bias).view(len(slot), -1, self.width), slot)
+
+
+def _own(t: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+    """[rows, ..., K, w] -> [rows, ..., w]: each row's own head's block (one `gather`, which
+    costs the host less than indexing with two tensors)."""
+    index = slot.view(-1, *(1,) * (t.dim() - 1)).expand(*t.shape[:-2], 1, t.shape[-1])
+    return t.gather(-2, index).squeeze(-2)
 
 
 def head_kind(head: nn.Module) -> tuple:

@@ -132,7 +132,9 @@ class AdapterFusion(nn.Module):
         nn.init.eye_(self.value.weight)
         nn.init.zeros_(self.value.bias)
         self._folded: tuple[tuple, tuple[torch.Tensor, torch.Tensor]] | None = None
-        self._bottlenecks: tuple[tuple, tuple[torch.Tensor, ...]] | None = None
+        # forward_bottlenecks' folded matrices, per set of adapters (kept as a gathered
+        # site's stacks are: until a weight changes, or the site adds or removes an adapter)
+        self._fold = gathered.StackCache()
 
     def forward(self, y: torch.Tensor, outputs: torch.Tensor) -> torch.Tensor:
         """`y` [..., d] (rows x tokens, or packed tokens), `outputs` [K, ..., d] -> [..., d]."""
@@ -156,33 +158,32 @@ class AdapterFusion(nn.Module):
         the query-key product). The weights sum to 1, so the mixture is y plus the adapters'
         up-projections of their score-weighted hidden states: one product with [U_1 ... U_K].
         """
-        down_w, down_b, fold_w, fold_b, up_w, up_b, seg = self._bottleneck_fold(adapters)
-        h = adapters[0].act(F.linear(y, down_w, down_b))  # [..., M]: every adapter's h_k
-        z = F.linear(y, fold_w, fold_b)
-        m = h.shape[-1]
-        weights = ((z[..., :m] * h) @ seg + z[..., m:]).softmax(-1)  # [..., K]
-        return self.value(y + F.linear(h * (weights @ seg.t()), up_w) + weights @ up_b)
+        inputs, bias, m, seg, up_t, up_b = self._fold.get(
+            tuple(adapters),  # the modules themselves: while kept, no other takes their id
+            lambda: [self.query.weight, self.query.bias, self.key.weight,
+                     *(p for a in adapters for p in a.parameters())],
+            lambda: self._bottleneck_fold(adapters))
+        flat = y.reshape(-1, y.shape[-1])  # tokens as rows, for addmm
+        # one product of y gives every adapter's pre-activation and the folded query rows
+        z = F.linear(flat, inputs, bias)   # [tokens, M | M | K]
+        h = adapters[0].act(z[:, :m])      # every adapter's h_k
+        weights = torch.addmm(z[:, 2 * m:], z[:, m:2 * m] * h, seg).softmax(-1)  # [tokens, K]
+        mixed = torch.addmm(flat, h.mul_(weights @ seg.t()), up_t).addmm_(weights, up_b)
+        return self.value(mixed).view(y.shape)
 
-    def _bottleneck_fold(self, adapters: list[BottleneckAdapter]) -> tuple[torch.Tensor, ...]:
-        """The stacked and folded matrices of `forward_bottlenecks`, kept until a weight of
-        the fusion or of an adapter changes."""
-        q, k = self.query, self.key
-        params = [q.weight, q.bias, k.weight] + [p for a in adapters for p in a.parameters()]
-        stamp = (tuple(id(a) for a in adapters),
-                 tuple((p.data_ptr(), p._version) for p in params))
-        if self._bottlenecks is not None and self._bottlenecks[0] == stamp:
-            return self._bottlenecks[1]
+    def _bottleneck_fold(self, adapters: list[BottleneckAdapter]) -> tuple:
+        """The stacked and folded matrices of `forward_bottlenecks`: the down-projections and
+        folded query rows as one [2 M + K, d] matrix with its bias, M, the [M, K] map from
+        columns to adapters, and the up-projections transposed [M, d] and biases [K, d]."""
         weight, bias = self._query_key()  # q = W y + b
         up_w = torch.cat([a.up.weight for a in adapters], 1)  # [d, M]
         up_b = torch.stack([a.up.bias for a in adapters])  # [K, d]: the c_k
         sizes = [a.down.out_features for a in adapters]
         seg = torch.block_diag(*[up_w.new_ones(n, 1) for n in sizes])  # [M, K]
-        folded = (torch.cat([a.down.weight for a in adapters]),
-                  torch.cat([a.down.bias for a in adapters]),
-                  torch.cat([up_w.t() @ weight, up_b @ weight]),
-                  torch.cat([up_w.t() @ bias, up_b @ bias]), up_w, up_b, seg)
-        self._bottlenecks = (stamp, folded)
-        return folded
+        inputs = torch.cat([*(a.down.weight for a in adapters), up_w.t() @ weight,
+                            up_b @ weight])
+        biases = torch.cat([*(a.down.bias for a in adapters), up_w.t() @ bias, up_b @ bias])
+        return inputs, biases, sum(sizes), seg, up_w.t().contiguous(), up_b
 
     def _query_key(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(W_K^T W_Q, W_K^T b_Q): the query and key projections as one Linear. Without
@@ -242,8 +243,14 @@ class AdapterLinear(nn.Module):
             sublayer.register_forward_hook(self._drop_input, always_call=True)
             self._hooked = True
         self.adapters[name] = adapter
-        self._stack.clear()
+        self._forget()
         return adapter
+
+    def _forget(self) -> None:
+        """Drop what was stacked or folded from the adapters here: they changed."""
+        self._stack.clear()
+        for fusion in self.fusions.values():
+            fusion._fold.clear()
 
     def _keep_input(self, _module: nn.Module, args: tuple, kwargs: dict) -> None:
         # (hidden, input): positional, or by the name transformers' (or our compact) BERT gives it
@@ -270,7 +277,7 @@ class AdapterLinear(nn.Module):
         for table in (self.adapters, self.fusions):
             if name in table:
                 del table[name]
-        self._stack.clear()
+        self._forget()
         if self.active == name:
             self.active = None
 
@@ -305,16 +312,15 @@ class AdapterLinear(nn.Module):
 
     def _routed(self, x: torch.Tensor, y: torch.Tensor, route: Route) -> torch.Tensor:
         if route.gathering():
-            if not any(n in self.adapters for n in route.names):
-                return y
             stack = self._stacked(route.names)
             if stack is not None:  # else the adapters here cannot share one: by segments
                 return stack(x, y, route)
         return route.apply(y, self.adapters.__contains__,
                            lambda n, s, e: self._run(n, x[s:e], y[s:e], slice(s, e)))
 
-    def _stacked(self, names: tuple[str, ...]) -> gathered.Bottlenecks | None:
-        """`names`' adapters here, stacked (None where they cannot share a stack)."""
+    def _stacked(self, names: tuple[str, ...]) -> Callable | None:
+        """`names`' adapters here, stacked (None where they cannot share a stack); kept, so
+        a site none of them is at learns it once, not on every pass."""
         return self._stack.get(
             names, lambda: [p for n in names if n in self.adapters
                             for p in self.adapters[n].parameters()],
@@ -362,14 +368,13 @@ class DeltaLayerNorm(nn.Module):
         if route is None:
             return self.as_adapter(x, self.active)
         if route.gathering():
-            if not any(n in self.deltas for n in route.names):
-                return self.base_layer(x)
             return self._stacked(route.names)(x, self.base_layer, route)
         return route.apply(self.base_layer(x), self.deltas.__contains__,
                            lambda n, s, e: self.as_adapter(x[s:e], n))
 
-    def _stacked(self, names: tuple[str, ...]) -> gathered.LayerNorms:
-        """This LayerNorm's parameters per slot of `names`."""
+    def _stacked(self, names: tuple[str, ...]) -> Callable:
+        """This LayerNorm's parameters per slot of `names` (the base's alone where none of
+        them has deltas here), kept."""
         return self._stack.get(
             names, lambda: [*self.base_layer.parameters(),
                             *(p for n in names if n in self.deltas

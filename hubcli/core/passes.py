@@ -39,7 +39,7 @@ class RoutedPasses:
         Raises:
             AdapterError: a name that is not loaded, or a fusion.
         """
-        for n in per_row:
+        for n in dict.fromkeys(per_row):  # each name once: a batch repeats them
             if n not in (None, BASE):
                 self._require(n)
                 if isinstance(self.infos[n].config, Fuse) or n in self.compositions:
@@ -144,6 +144,6 @@ class RoutedPasses:
                             hidden, mask, self._stacks if route.gathering() else None,
                             logits_to)
         for name, out in outs.items():
-            for j, r in enumerate(route.rows_of(name)[2]):
-                logits[r] = out[j]
+            for r, row in zip(route.rows_of(name)[2], out.unbind(0)):
+                logits[r] = row
         return route.unsort(hidden), logits

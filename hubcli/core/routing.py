@@ -86,9 +86,9 @@ class Route:
         index = list(order)  # the row order and any slots, copied to the device at once
         if gather:  # each segment's slot, once per row (and once per token)
             slot = {None: 0, **{n: k + 1 for k, n in enumerate(names)}}
-            index += [slot[n] for n, s, e in segments for _ in range(s, e)]
-            if tokens is not None:
-                index += [slot[n] for n, s, e in tokens for _ in range(s, e)]
+            for spans in (segments, tokens or ()):
+                for n, s, e in spans:
+                    index += [slot[n]] * (e - s)
         on_device = torch.tensor(index, dtype=torch.long, device=device)
         b = len(order)
         slots = on_device[b:2 * b] if gather else None
