@@ -127,13 +127,13 @@ def test_base_rows_and_nothing_active_are_bit_identical_to_the_untouched_base(mo
 def test_an_adapter_gone_wrong_reaches_no_other_row(model, base):
     """NaN in one adapter's weights stays in its own rows: a gathered site computes every
     adapter on every row, and must drop the others' results, not multiply them by zero; and
-    it multiplies every row by every up-projection, so a NaN there makes it run by
-    segments."""
+    it multiplies every row by every up-projection and up bias, so a NaN there makes it run
+    by segments."""
     names = add_houlsby_set(model)
     batch = encode(base.tokenizer, TEXTS[:3])
     with torch.inference_mode():
         before, _ = model.forward_routed(**batch, per_row=[names[0], BASE, names[1]])
-        for weight in ("down.bias", "up.weight"):  # cleared columns; a product with them
+        for weight in ("down.bias", "up.bias", "up.weight"):  # cleared columns; products
             for site in model.adapter_sites.values():
                 if names[1] in site.adapters:
                     site.adapters[names[1]].get_parameter(weight).fill_(float("nan"))

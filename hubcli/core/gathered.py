@@ -13,8 +13,9 @@ row through all of them in one product each, keeping each row's own columns by i
 
 where `own` are the rows' adapter's columns of the stacked bottlenecks (the others are set
 to zero before the up-projection, not multiplied by a mask, so nothing another adapter
-computes, an overflow included, reaches a row; an up-projection with a NaN or an infinity
-would reach every row through those zeros, so a site with one runs by segments). A row of
+computes, an overflow included, reaches a row; an up-projection or up bias with a NaN or
+an infinity would reach every row through those zeros, so a site with one runs by
+segments). The up biases are added by one more product, with the rows' slots one-hot. A row of
 the base, or of an adapter with nothing here, gets exactly y (zeros contribute +0) or the
 base LayerNorm's own output, so it stays bit-identical to the base.
 
@@ -56,7 +57,8 @@ class Bottlenecks(NamedTuple):
     down_bias: torch.Tensor | None
     acts: tuple[tuple[Callable[[torch.Tensor], torch.Tensor], int, int], ...]  # on columns
     up_t: torch.Tensor            # [M, d_out]: the up-projections, transposed for addmm
-    up_bias: torch.Tensor | None  # [slots, d_out], zeros where a slot has no adapter
+    up_bias: torch.Tensor | None  # [slots, d_out], zeros where a slot has no adapter: taken
+                                  # by a product with the rows' slots one-hot, as one addmm
     owner: torch.Tensor           # [M]: the slot each column belongs to
     layout: tuple                 # (slot, width) per run of columns: sites alike share masks
 
@@ -71,8 +73,19 @@ class Bottlenecks(NamedTuple):
         h.masked_fill_(route.memo(("others", self.layout, y.dim()),
                                   lambda: slots[..., None] != self.owner), 0.0)
         d = y.shape[-1]  # y + h U^T as one product-and-add, over all tokens as rows
-        out = torch.addmm(y.reshape(-1, d), h.reshape(-1, h.shape[-1]), self.up_t).view(y.shape)
-        return out if self.up_bias is None else out.add_(per_slot(self.up_bias, slots))
+        out = torch.addmm(y.reshape(-1, d), h.reshape(-1, h.shape[-1]), self.up_t)
+        if self.up_bias is not None:  # + each row's own bias: one more product-and-add
+            out.addmm_(route.memo(("one-hot", len(self.up_bias), y.shape[:-1]),
+                                  lambda: _one_hot(slots, len(self.up_bias), y)), self.up_bias)
+        return out.view(y.shape)
+
+
+def _one_hot(slots: torch.Tensor, n: int, y: torch.Tensor) -> torch.Tensor:
+    """[tokens, n]: 1 in each token's slot's column, for `y`'s tokens as rows."""
+    one_hot = F.one_hot(slots.reshape(-1), n).to(y.dtype)
+    if y.dim() > 2:  # a slot per row: the same for each of its tokens
+        one_hot = one_hot[:, None].expand(-1, y.shape[1], n)
+    return one_hot.reshape(-1, n)
 
 
 class LayerNorms(NamedTuple):
@@ -176,8 +189,9 @@ def bottlenecks(names: tuple[str, ...], adapters: dict[str, nn.Module]
                 ) -> Bottlenecks | Callable | None:
     """The stack of `names`' adapters at one Linear (slot k + 1 for names[k]), `unchanged`
     where none is here; None where they cannot share one: both methods at one site, a
-    bottleneck that reads past its Linear (its `parts()` is None), or an up-projection that
-    is not finite (every row multiplies it, even by zero: 0 x NaN would reach them all)."""
+    bottleneck that reads past its Linear (its `parts()` is None), or an up-projection or
+    up bias that is not finite (every row multiplies them all, if only by zero: 0 x NaN
+    would reach them all)."""
     present = [(k + 1, adapters[n].parts()) for k, n in enumerate(names) if n in adapters]
     if not present:
         return unchanged
@@ -204,7 +218,10 @@ def bottlenecks(names: tuple[str, ...], adapters: dict[str, nn.Module]
     owner = torch.tensor([k for k, p in present for _ in range(p.down.shape[0])],
                          device=first.down.device)
     up_t = torch.cat([p.up for p in parts], 1).t().contiguous()
-    if not bool(torch.isfinite(up_t).all()):
+    finite = torch.isfinite(up_t).all()  # every row multiplies them all, if only by zero
+    if up_bias is not None:
+        finite &= torch.isfinite(up_bias).all()
+    if not bool(finite):
         return None
     down_bias = None if first.down_bias is None else torch.cat([p.down_bias for p in parts])
     return Bottlenecks(first.reads_input, torch.cat([p.down for p in parts]), down_bias,
