@@ -27,8 +27,9 @@ each timed call ends with a synchronize.
 
 With `--host-bound` the base is a random BERT as deep as the packaged one, with the same
 tokenizer and sentences, but 12x narrower (d=32), and the bottlenecks are 2 wide: the
-arithmetic all but vanishes, and what is timed is what the host does per pass (Python, and
-torch's dispatch of each operation). On a GPU a batch this size is bound by exactly that
+arithmetic all but vanishes (attention aside: on a CPU it is still about half a bare pass),
+and what is timed is what the host does per pass (Python, and torch's dispatch of each
+operation). On a GPU a batch this size is bound by exactly that
 (`--device cuda`: 4-7 ms a pass, 2.4 ms of it kernels), so this is the CPU's view of the
 cost a GPU pays, for work on the host's side where no GPU is at hand.
 
@@ -75,8 +76,8 @@ def build(n_adapters: int, tops: list[int], host_bound: bool = False):
     for top in tops:
         for k in range(4):
             model.add_adapter(f"top{top}_{k}", HoulsbyConfig(
-                bottleneck=bottleneck, init_scale=0.05, layers=tuple(range(n_layers - top, n_layers)),
-                layernorm="own-layers"), head)
+                bottleneck=bottleneck, init_scale=0.05,
+                layers=tuple(range(n_layers - top, n_layers)), layernorm="own-layers"), head)
     model.eval()
     return base, model, names, fuse
 

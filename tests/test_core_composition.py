@@ -171,13 +171,20 @@ def test_fused_inference_equals_the_fusion_by_definition(model, batch, children)
 
 def test_a_component_loaded_again_is_fused_with_its_new_weights(model, batch):
     """A server unloads an adapter a fusion uses and loads it again (new weights): the
-    folded matrices kept for the fusion are rebuilt from the new ones, not reused."""
+    folded matrices kept for the fusion are rebuilt from the new ones, and nothing kept
+    holds the old adapter's tensors."""
+    import gc
+    import weakref
+
     fused = Fuse("a", "b")
     model.add_fusion(fused, SEQ)
     model.activate(fused)
+    old = [weakref.ref(p) for p in model.named_adapter_tensors("b").values()]
     with torch.no_grad():
         before = model.encode(**batch)
         model.remove_adapter("b")
+        gc.collect()
+        assert [r for r in old if r() is not None] == []
         model.add_adapter("b", HoulsbyConfig(bottleneck=4), TAGS)
         _randomise(model, "b", seed=99)
         model.activate(fused)
@@ -185,6 +192,38 @@ def test_a_component_loaded_again_is_fused_with_its_new_weights(model, batch):
     stacked = model.encode(**batch)  # gradients on: nothing kept, by definition
     assert (folded - before).abs().max() > 1e-3
     assert torch.allclose(folded, stacked, atol=1e-5, rtol=0)
+
+
+def test_replaced_weights_are_fused_at_once(model, batch):
+    """`load_state_dict(assign=True)` on a fusion and its components writes nothing in
+    place: the fold kept from the old Parameters must not survive it."""
+    fused = Fuse("a", "b")
+    model.add_fusion(fused, SEQ)
+    model.activate(fused)
+    gen = torch.Generator().manual_seed(3)
+    sites = [s for s in model.adapter_sites.values() if fused.name in s.fusions]
+    with torch.no_grad():
+        before = model.encode(**batch)
+        for module in [m for s in sites for m in (s.fusions[fused.name], s.adapters["a"])]:
+            module.load_state_dict({k: v + torch.randn(v.shape, generator=gen) * 0.3
+                                    for k, v in module.state_dict().items()}, assign=True)
+        folded = model.encode(**batch)
+    stacked = model.encode(**batch)
+    assert (folded - before).abs().max() > 1e-3
+    assert torch.allclose(folded, stacked, atol=1e-5, rtol=0)
+
+
+def test_a_folded_fuse_runs_under_autocast(model, batch):
+    """Without gradients a Fuse of Houlsby adapters folds; under bf16 autocast it still
+    runs and gives the float32 result to bf16's precision."""
+    fused = Fuse("a", "b")
+    model.add_fusion(fused, SEQ)
+    model.activate(fused)
+    with torch.no_grad():
+        exact = model.encode(**batch)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = model.encode(**batch)
+    assert 0 < (low - exact).abs().max() < 0.1  # bf16 products ran, to their precision
 
 
 def _train(model, trained: str, block, batch, steps: int = 2) -> None:

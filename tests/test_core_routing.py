@@ -160,6 +160,29 @@ def test_route_ends_with_the_block_and_weight_changes_show_at_once(model, base):
     assert all(site.route is None for site in model.adapter_sites.values())
 
 
+def test_weights_replaced_rather_than_written_show_at_once(model, base):
+    """`load_state_dict(assign=True)` puts new Parameters in an adapter's modules, its
+    LayerNorm deltas and its head, and writes nothing in place: a kept stack built from the
+    old ones must not survive it."""
+    names = add_houlsby_set(model)
+    batch = encode(base.tokenizer, TEXTS[:2])
+    gen = torch.Generator().manual_seed(5)
+    owners = [site.adapters[names[0]] for site in model.adapter_sites.values()
+              if names[0] in site.adapters]
+    owners += [site.deltas[names[0]] for site in model.layernorm_sites.values()
+               if names[0] in site.deltas]
+    with torch.no_grad():
+        first = model.forward_routed(**batch, per_row=[names[0], names[1]])[1][0]
+        for module in [*owners, model.heads[names[0]]]:
+            module.load_state_dict({k: torch.randn(v.shape, generator=gen) * 0.3
+                                    for k, v in module.state_dict().items()}, assign=True)
+        second = model.forward_routed(**batch, per_row=[names[0], names[1]])[1][0]
+        model.activate(names[0])
+        expected = model(**encode(base.tokenizer, TEXTS[:1]))[0]
+    assert not torch.allclose(first, second)
+    assert torch.allclose(second, expected, atol=1e-5, rtol=0)
+
+
 def test_routing_to_an_unknown_adapter_is_refused(model, base):
     add_houlsby_set(model)
     batch = encode(base.tokenizer, TEXTS[:2])
@@ -252,8 +275,8 @@ def test_a_gathered_site_stacks_a_set_of_adapters_once_whatever_the_rows_order(b
         for per_row in ([names[0], names[1], BASE], [names[1], BASE, names[0]],
                         [BASE, names[0], names[1]]):
             model.forward_routed(**batch, per_row=per_row)
-    # every site once, those with neither adapter too (what they are is kept: unchanged)
-    assert builds == [(names[0], names[1])] * len(model.adapter_sites)
+    sites = sum(1 for s in model.adapter_sites.values() if {names[0], names[1]} & set(s.adapters))
+    assert sites > 0 and builds == [(names[0], names[1])] * sites
 
 
 def test_removing_an_adapter_frees_its_weights_from_the_gathered_stacks(base):
@@ -275,6 +298,47 @@ def test_removing_an_adapter_frees_its_weights_from_the_gathered_stacks(base):
     model.remove_adapter("x")
     gc.collect()
     assert [r for r in refs if r() is not None] == []
+
+
+def test_mixes_without_a_sites_adapters_leave_its_kept_stacks_alone(base, monkeypatch):
+    """A server rotating 5 mixes, 3 of them with adapter "x" (layer 0 only): x's sites keep
+    their 3 stacks across rounds. The mixes without x must not take places in x's sites'
+    caches (4 places): that evicted the real stacks, rebuilt on every pass."""
+    from hubcli.core import gathered
+
+    model = AdapterModel(base.encoder)
+    model.gather = True
+    model.eval()
+    model.add_adapter("x", HoulsbyConfig(bottleneck=4, layers=(0,), layernorm="frozen"), SEQ)
+    others = [f"o{k}" for k in range(4)]
+    for name in others:
+        model.add_adapter(name, HoulsbyConfig(bottleneck=4, layers=(1,), layernorm="frozen"),
+                          SEQ)
+    at_x = []  # builds at x's sites (layer 1's see all 5 mixes: more than they keep)
+    real = gathered.bottlenecks
+    monkeypatch.setattr(gathered, "bottlenecks",
+                        lambda *a: ("x" in a[1] and at_x.append(a[0])) or real(*a))
+    mixes = [["x", others[0]], [others[1], others[2]], ["x", others[1]], [others[3], others[0]],
+             ["x", others[2]]]
+    batch = encode(base.tokenizer, TEXTS[:2])
+    with torch.inference_mode():
+        for _ in range(3):
+            for per_row in mixes:
+                model.forward_routed(**batch, per_row=per_row)
+    assert len(at_x) == 3 * 2  # each mix with x, once at each of x's two sites
+
+
+def test_a_routed_pass_runs_under_autocast(model, base):
+    """Under bf16 autocast (a caller's, on the CPU or a GPU) a routed pass runs, gathered or
+    by segments, and gives the float32 result to bf16's precision."""
+    names = add_houlsby_set(model)
+    batch = encode(base.tokenizer, TEXTS[:4])
+    per_row = [names[0], BASE, names[3], names[7]]
+    with torch.inference_mode():
+        exact, _ = model.forward_routed(**batch, per_row=per_row)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low, _ = model.forward_routed(**batch, per_row=per_row)
+    assert 0 < (low - exact).abs().max() < 0.1  # bf16 products ran, to their precision
 
 
 def test_adapters_made_under_inference_mode_route_gathered(base):
@@ -303,13 +367,14 @@ def test_the_stack_cache_holds_up_under_threads_evicting_each_other():
 
     cache, errors = StackCache(), []
     keys = [(f"n{k}",) for k in range(StackCache.SIZE + 2)]
-    weights = [torch.zeros(1) for _ in range(200)]  # a lookup long enough to be interrupted
+    # 200 weights: a lookup long enough to be interrupted
+    modules = [torch.nn.Linear(1, 1) for _ in range(100)]
 
     def work(offset):
         try:
             for i in range(300):
                 key = keys[(i * (offset + 1)) % len(keys)]
-                assert cache.get(key, lambda: weights, lambda key=key: key) == key
+                assert cache.get(key, lambda: modules, lambda key=key: key) == key
         except Exception as err:  # noqa: BLE001 - the test reports any
             errors.append(repr(err))
 

@@ -75,16 +75,20 @@ class Bottlenecks(NamedTuple):
         d = y.shape[-1]  # y + h U^T as one product-and-add, over all tokens as rows
         out = torch.addmm(y.reshape(-1, d), h.reshape(-1, h.shape[-1]), self.up_t)
         if self.up_bias is not None:  # + each row's own bias: one more product-and-add
-            out.addmm_(route.memo(("one-hot", len(self.up_bias), y.shape[:-1]),
-                                  lambda: _one_hot(slots, len(self.up_bias), y)), self.up_bias)
+            # in out's dtype: in place, addmm_ is not autocast (a no-op in float32)
+            one_hot = route.memo(("one-hot", len(self.up_bias), y.shape[:-1], out.dtype),
+                                 lambda: _one_hot(slots, len(self.up_bias), y, out.dtype))
+            out.addmm_(one_hot, self.up_bias.to(out.dtype))
         return out.view(y.shape)
 
 
-def _one_hot(slots: torch.Tensor, n: int, y: torch.Tensor) -> torch.Tensor:
-    """[tokens, n]: 1 in each token's slot's column, for `y`'s tokens as rows."""
-    one_hot = F.one_hot(slots.reshape(-1), n).to(y.dtype)
+def _one_hot(slots: torch.Tensor, n: int, y: torch.Tensor, dtype: torch.dtype
+             ) -> torch.Tensor:
+    """[tokens, n]: 1 in each token's slot's column, for `y`'s tokens as rows (`slots` as
+    `Route.slot_index` shapes them for `y`: one per token, or one per row)."""
+    one_hot = F.one_hot(slots.reshape(-1), n).to(dtype)
     if y.dim() > 2:  # a slot per row: the same for each of its tokens
-        one_hot = one_hot[:, None].expand(-1, y.shape[1], n)
+        one_hot = one_hot.view(-1, *(1,) * (y.dim() - 2), n).expand(*y.shape[:-1], n)
     return one_hot.reshape(-1, n)
 
 
@@ -114,11 +118,12 @@ class StackCache:
     """What was stacked (or folded) from some adapters' weights, for the last few keys
     (`SIZE`: a server alternating a few mixes, a Parallel beside mixed batches): a site's
     stacks per route's names, a head kind's per set of heads, a fusion's fold per set of
-    components. Each is kept while its weights stay: a weight changed in place (an optimizer
-    step, a load) bumps its version, a move to another device changes its storage. The site
-    clears it when it adds or removes an adapter. Listing the weights walks the modules,
-    which costs more than a gathered site's kernels take to launch, so it is done on a
-    rebuild only."""
+    components. Each is kept while its weights stay (`_Kept.holds`): written in place (an
+    optimizer step, a load) a weight's version changes, moved (another device) its storage,
+    replaced (assigned a new Parameter) its module's entry. Its owner clears it when it adds
+    or removes an adapter (a site) or a head (the model). Listing the weights walks the
+    modules, which costs more than a gathered site's kernels take to launch, so it is done
+    on a rebuild only."""
 
     SIZE = 4
 
@@ -136,24 +141,29 @@ class StackCache:
         with self._lock:
             self.kept.clear()
 
-    def get(self, key: Hashable, params: Callable[[], list[torch.Tensor]],
-            build: Callable[[], object]):
-        """The stack for `key`, from `build()` (of the weights `params()` lists) unless the
-        one kept still holds."""
+    def get(self, key: Hashable, modules: Callable[[], list[nn.Module]],
+            build: Callable[[], object]) -> object:
+        """The stack for `key`, from `build()` unless the one kept still holds; `modules()`
+        lists the modules whose own parameters it is built from."""
         with self._lock:
             kept = self.kept.get(key)
             if kept is not None and kept.holds():
                 self.kept.move_to_end(key)
                 return kept.stack
-            self.kept[key] = _Kept.of(params(), build())
+            self.kept.pop(key, None)  # a rebuilt stack is the newest
+            self.kept[key] = kept = _Kept.of(modules(), build())
             if len(self.kept) > self.SIZE:
                 self.kept.popitem(last=False)
-            return self.kept[key].stack
+            return kept.stack
 
 
 class _Kept(NamedTuple):
-    """A stack with what its weights were when it was built: their storages and versions."""
+    """A stack with what its weights were when it was built: which they were, their
+    storages and their versions."""
 
+    owned: list[dict]              # the modules' own parameters (`nn.Module._parameters`)
+    ids: list[int]                 # which tensors those held (the kept weights stay alive,
+                                   # so no new tensor takes one of their ids)
     weights: list[torch.Tensor]
     versioned: list[torch.Tensor]  # those with a version counter
     ptrs: list[int]
@@ -161,40 +171,31 @@ class _Kept(NamedTuple):
     stack: object
 
     @classmethod
-    def of(cls, weights: list[torch.Tensor], stack: object) -> _Kept:
+    def of(cls, modules: list[nn.Module], stack: object) -> _Kept:
+        owned = [m._parameters for m in modules]
+        weights = [p for d in owned for p in d.values() if p is not None]
         # an inference tensor (made under torch.inference_mode) has no version counter: only
         # its storage tells, so one written in place there goes unnoticed, as `p.data` writes do
         versioned = [p for p in weights if not p.is_inference()]
-        return cls(weights, versioned, [p.data_ptr() for p in weights],
-                   [p._version for p in versioned], stack)
+        return cls(owned, [id(p) for d in owned for p in d.values()], weights, versioned,
+                   [p.data_ptr() for p in weights], [p._version for p in versioned], stack)
 
     def holds(self) -> bool:
-        """No weight moved (its storage) or was written in place (its version) since. Run on
-        every site of every pass: two flat comprehensions, no tuples built."""
-        return ([p.data_ptr() for p in self.weights] == self.ptrs
+        """No weight replaced, moved or written in place since. Run on every site of every
+        pass: flat comprehensions, no tuples built."""
+        return ([id(p) for d in self.owned for p in d.values()] == self.ids
+                and [p.data_ptr() for p in self.weights] == self.ptrs
                 and [p._version for p in self.versioned] == self.versions)
 
 
-def unchanged(_x: torch.Tensor, y: torch.Tensor, _route: Route) -> torch.Tensor:
-    """The stack of a Linear none of the route's adapters is at: its output as it is."""
-    return y
-
-
-def base_only(x: torch.Tensor, base: nn.LayerNorm, _route: Route) -> torch.Tensor:
-    """The stack of a LayerNorm none of the route's adapters has deltas at: the base's."""
-    return base(x)
-
-
 def bottlenecks(names: tuple[str, ...], adapters: dict[str, nn.Module]
-                ) -> Bottlenecks | Callable | None:
-    """The stack of `names`' adapters at one Linear (slot k + 1 for names[k]), `unchanged`
-    where none is here; None where they cannot share one: both methods at one site, a
+                ) -> Bottlenecks | None:
+    """The stack of `names`' adapters at one Linear (slot k + 1 for names[k]; one at least
+    is here); None where they cannot share one: both methods at one site, a
     bottleneck that reads past its Linear (its `parts()` is None), or an up-projection or
     up bias that is not finite (every row multiplies them all, if only by zero: 0 x NaN
     would reach them all)."""
     present = [(k + 1, adapters[n].parts()) for k, n in enumerate(names) if n in adapters]
-    if not present:
-        return unchanged
     first = present[0][1]
     if any(p is None or p.reads_input != first.reads_input
            or (p.up_bias is None) != (first.up_bias is None) for _, p in present):
@@ -230,11 +231,9 @@ def bottlenecks(names: tuple[str, ...], adapters: dict[str, nn.Module]
 
 
 def layernorms(names: tuple[str, ...], base: nn.LayerNorm, deltas: dict[str, nn.Module]
-               ) -> LayerNorms | Callable:
+               ) -> LayerNorms:
     """The base LayerNorm's parameters per slot, with the deltas of `names` that have some
-    here (slot k + 1 for names[k]; slot 0, the base's); `base_only` where none has."""
-    if not any(n in deltas for n in names):
-        return base_only
+    here (slot k + 1 for names[k]; slot 0, the base's)."""
     weights, biases, plain = [base.weight], [base.bias], [True]
     for n in names:
         delta = deltas[n] if n in deltas else None
@@ -248,5 +247,5 @@ def layernorms(names: tuple[str, ...], base: nn.LayerNorm, deltas: dict[str, nn.
 def per_slot(table: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     """`table[slots]`, a per-slot table's row for each row or token (`Route.slot_index`), as
     one `index_select`: indexing with a tensor costs the host several times more per call,
-    and a pass makes two per site."""
+    and a pass makes one at every LayerNorm."""
     return table.index_select(0, slots.view(-1)).view(*slots.shape, *table.shape[1:])

@@ -153,12 +153,12 @@ def routed_heads(heads: dict[str, nn.Module], segments: list[tuple[str, int, int
             out[n] = o if to is None else o.to(to)
             continue
         names = tuple(n for n, _, _ in members)
-        # the heads' own weights in the key: a head replaced under its name has new ones
-        params = [p for n in names for p in heads[n].parameters()]
+        # the head modules in the key: one replaced under its name makes another key (held
+        # there, no new module takes its id)
+        own = tuple(heads[n] for n in names)
         cache = stacks.get(kind) or stacks.setdefault(kind, StackCache())  # made once
-        stack = cache.get(
-            (names, tuple(map(id, params))), lambda: params,
-            lambda: stack_heads([heads[n] for n in names]))
+        stack = cache.get((names, own), lambda: [m for h in own for m in h.modules()],
+                          lambda: stack_heads(list(own)))
         lo, hi = min(s for _, s, _ in members), max(e for _, _, e in members)
         slot = [0] * (hi - lo)  # rows of other heads in the span: any slot, dropped below
         for k, (_, s, e) in enumerate(members):

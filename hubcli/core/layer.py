@@ -160,18 +160,21 @@ class AdapterFusion(nn.Module):
         """
         inputs, bias, m, seg, up_t, up_b = self._fold.get(
             tuple(adapters),  # the modules themselves: while kept, no other takes their id
-            lambda: [self.query.weight, self.query.bias, self.key.weight,
-                     *(p for a in adapters for p in a.parameters())],
+            lambda: [self.query, self.key, *(m for a in adapters for m in a.modules())],
             lambda: self._bottleneck_fold(adapters))
         flat = y.reshape(-1, y.shape[-1])  # tokens as rows, for addmm
         # one product of y gives every adapter's pre-activation and the folded query rows
         z = F.linear(flat, inputs, bias)   # [tokens, M | M | K]
         h = adapters[0].act(z[:, :m])      # every adapter's h_k
         weights = torch.addmm(z[:, 2 * m:], z[:, m:2 * m] * h, seg).softmax(-1)  # [tokens, K]
-        mixed = torch.addmm(flat, h.mul_(weights @ seg.t()), up_t).addmm_(weights, up_b)
+        mixed = torch.addmm(flat, h.mul_(weights @ seg.t()), up_t)
+        # in place, addmm_ is not autocast: its operands in mixed's dtype (float32: no-ops)
+        mixed.addmm_(weights.to(mixed.dtype), up_b.to(mixed.dtype))
         return self.value(mixed).view(y.shape)
 
-    def _bottleneck_fold(self, adapters: list[BottleneckAdapter]) -> tuple:
+    def _bottleneck_fold(self, adapters: list[BottleneckAdapter]
+                         ) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor, torch.Tensor,
+                                    torch.Tensor]:
         """The stacked and folded matrices of `forward_bottlenecks`: the down-projections and
         folded query rows as one [2 M + K, d] matrix with its bias, M, the [M, K] map from
         columns to adapters, and the up-projections transposed [M, d] and biases [K, d]."""
@@ -312,18 +315,20 @@ class AdapterLinear(nn.Module):
 
     def _routed(self, x: torch.Tensor, y: torch.Tensor, route: Route) -> torch.Tensor:
         if route.gathering():
+            if not self.adapters.any_of(route.keys):
+                return y
             stack = self._stacked(route.names)
             if stack is not None:  # else the adapters here cannot share one: by segments
                 return stack(x, y, route)
         return route.apply(y, self.adapters.__contains__,
                            lambda n, s, e: self._run(n, x[s:e], y[s:e], slice(s, e)))
 
-    def _stacked(self, names: tuple[str, ...]) -> Callable | None:
-        """`names`' adapters here, stacked (None where they cannot share a stack); kept, so
-        a site none of them is at learns it once, not on every pass."""
+    def _stacked(self, names: tuple[str, ...]) -> gathered.Bottlenecks | None:
+        """`names`' adapters here (one at least), stacked; None where they cannot share a
+        stack."""
         return self._stack.get(
-            names, lambda: [p for n in names if n in self.adapters
-                            for p in self.adapters[n].parameters()],
+            names, lambda: [m for n in names if n in self.adapters
+                            for m in self.adapters[n].modules()],
             lambda: gathered.bottlenecks(names, self.adapters))
 
 
@@ -368,17 +373,17 @@ class DeltaLayerNorm(nn.Module):
         if route is None:
             return self.as_adapter(x, self.active)
         if route.gathering():
+            if not self.deltas.any_of(route.keys):
+                return self.base_layer(x)
             return self._stacked(route.names)(x, self.base_layer, route)
         return route.apply(self.base_layer(x), self.deltas.__contains__,
                            lambda n, s, e: self.as_adapter(x[s:e], n))
 
-    def _stacked(self, names: tuple[str, ...]) -> Callable:
-        """This LayerNorm's parameters per slot of `names` (the base's alone where none of
-        them has deltas here), kept."""
+    def _stacked(self, names: tuple[str, ...]) -> gathered.LayerNorms:
+        """This LayerNorm's parameters per slot of `names` (one at least has deltas here)."""
         return self._stack.get(
-            names, lambda: [*self.base_layer.parameters(),
-                            *(p for n in names if n in self.deltas
-                              for p in self.deltas[n].parameters())],
+            names, lambda: [self.base_layer, *(self.deltas[n] for n in names
+                                               if n in self.deltas)],
             lambda: gathered.layernorms(names, self.base_layer, self.deltas))
 
     def as_adapter(self, x: torch.Tensor, name: str | None) -> torch.Tensor:

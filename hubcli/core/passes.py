@@ -24,8 +24,9 @@ from hubcli.format.spec import EXTRA_LAYERNORMS
 
 
 class RoutedPasses:
-    """Routed and Parallel passes over an `AdapterModel` (its `encoder`, `adapter_sites`,
-    `layernorm_sites`, `heads`, `infos`, `compositions`, `gather` and `encode`)."""
+    """Routed and Parallel passes over an `AdapterModel`: they read its `encoder`,
+    `num_layers`, `adapter_sites`, `layernorm_sites`, `heads` (and their stacks, `_stacks`),
+    `infos`, `compositions` and `gather`, and call its `_require` and `encode`."""
 
     @contextmanager
     def routing(self, per_row: list[str | None], attention_mask: torch.Tensor | None = None

@@ -30,10 +30,12 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable
 
 import torch
 
+from hubcli.core.names import module_key
 from hubcli.format.vocab import BASE
 
 __all__ = ["BASE", "PerThread", "Route", "Segment"]
@@ -57,6 +59,11 @@ class Route:
     token_slots: torch.Tensor | None = None
     # what the sites of one pass can share (a gathered layout's mask), built by the first
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @cached_property  # asked at every site of a gathered pass
+    def keys(self) -> frozenset[str]:
+        """The module keys of `names` (`names.module_key`), for `AdapterTable.any_of`."""
+        return frozenset(map(module_key, self.names))
 
     @classmethod
     def of(cls, per_row: list[str | None], device: torch.device | None = None,
