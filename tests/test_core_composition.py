@@ -213,17 +213,26 @@ def test_replaced_weights_are_fused_at_once(model, batch):
     assert torch.allclose(folded, stacked, atol=1e-5, rtol=0)
 
 
-def test_a_folded_fuse_runs_under_autocast(model, batch):
-    """Without gradients a Fuse of Houlsby adapters folds; under bf16 autocast it still
-    runs and gives the float32 result to bf16's precision."""
-    fused = Fuse("a", "b")
+@pytest.mark.parametrize("children", [("a", "b"), ("a", "c")], ids=["folded", "stacked"])
+def test_a_fuse_runs_under_autocast_and_keeps_nothing_of_it(model, batch, children):
+    """Without gradients a Fuse keeps products of its weights (folded with Houlsby children,
+    the query-key product with any). Under bf16 autocast it runs, to bf16's precision; a
+    float32 pass after it gets float32 results, not what the autocast pass kept."""
+    fused = Fuse(*children)
     model.add_fusion(fused, SEQ)
     model.activate(fused)
-    with torch.no_grad():
-        exact = model.encode(**batch)
+    gen = torch.Generator().manual_seed(4)
+    fusions = [s.fusions[fused.name] for s in model.adapter_sites.values()
+               if fused.name in s.fusions]
+    with torch.no_grad():  # a trained fusion, not the identity start
+        for p in (p for f in fusions for p in f.parameters()):
+            p.add_(torch.randn(p.shape, generator=gen) * 0.3)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             low = model.encode(**batch)
+        after = model.encode(**batch)
+    exact = model.encode(**batch)  # gradients on: nothing kept, by definition
     assert 0 < (low - exact).abs().max() < 0.1  # bf16 products ran, to their precision
+    assert torch.allclose(after, exact, atol=1e-5, rtol=0)
 
 
 def _train(model, trained: str, block, batch, steps: int = 2) -> None:

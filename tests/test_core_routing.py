@@ -162,8 +162,9 @@ def test_route_ends_with_the_block_and_weight_changes_show_at_once(model, base):
 
 def test_weights_replaced_rather_than_written_show_at_once(model, base):
     """`load_state_dict(assign=True)` puts new Parameters in an adapter's modules, its
-    LayerNorm deltas and its head, and writes nothing in place: a kept stack built from the
-    old ones must not survive it."""
+    LayerNorm deltas and its head, and writes nothing in place; assigning a submodule
+    (`adapter.up = Linear(...)`) neither: a kept stack built from the old ones must not
+    survive either."""
     names = add_houlsby_set(model)
     batch = encode(base.tokenizer, TEXTS[:2])
     gen = torch.Generator().manual_seed(5)
@@ -177,10 +178,18 @@ def test_weights_replaced_rather_than_written_show_at_once(model, base):
             module.load_state_dict({k: torch.randn(v.shape, generator=gen) * 0.3
                                     for k, v in module.state_dict().items()}, assign=True)
         second = model.forward_routed(**batch, per_row=[names[0], names[1]])[1][0]
-        model.activate(names[0])
-        expected = model(**encode(base.tokenizer, TEXTS[:1]))[0]
-    assert not torch.allclose(first, second)
-    assert torch.allclose(second, expected, atol=1e-5, rtol=0)
+        expected = alone(model, base.tokenizer, TEXTS[0], names[0])
+        assert not torch.allclose(first, second)
+        assert torch.allclose(second, expected, atol=1e-5, rtol=0)
+        # a submodule assigned: an up-projection and a head's output layer
+        for module in [*owners[:len(owners) // 2], model.heads[names[0]]]:
+            old = module.up if hasattr(module, "up") else module.out
+            new = torch.nn.Linear(old.in_features, old.out_features)
+            setattr(module, "up" if hasattr(module, "up") else "out", new)
+        third = model.forward_routed(**batch, per_row=[names[0], names[1]])[1][0]
+        expected = alone(model, base.tokenizer, TEXTS[0], names[0])
+    assert not torch.allclose(second, third)
+    assert torch.allclose(third, expected, atol=1e-5, rtol=0)
 
 
 def test_routing_to_an_unknown_adapter_is_refused(model, base):
@@ -316,8 +325,13 @@ def test_mixes_without_a_sites_adapters_leave_its_kept_stacks_alone(base, monkey
                           SEQ)
     at_x = []  # builds at x's sites (layer 1's see all 5 mixes: more than they keep)
     real = gathered.bottlenecks
-    monkeypatch.setattr(gathered, "bottlenecks",
-                        lambda *a: ("x" in a[1] and at_x.append(a[0])) or real(*a))
+
+    def counted(names, adapters):
+        if "x" in adapters:
+            at_x.append(names)
+        return real(names, adapters)
+
+    monkeypatch.setattr(gathered, "bottlenecks", counted)
     mixes = [["x", others[0]], [others[1], others[2]], ["x", others[1]], [others[3], others[0]],
              ["x", others[2]]]
     batch = encode(base.tokenizer, TEXTS[:2])
@@ -339,6 +353,35 @@ def test_a_routed_pass_runs_under_autocast(model, base):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             low, _ = model.forward_routed(**batch, per_row=per_row)
     assert 0 < (low - exact).abs().max() < 0.1  # bf16 products ran, to their precision
+
+
+def test_a_rebuilt_stack_is_the_newest_in_its_cache():
+    """A stack rebuilt because its weights changed is the one used last: the next eviction
+    takes the oldest other entry, not it."""
+    from hubcli.core.gathered import StackCache
+
+    cache = StackCache()
+    modules = {k: torch.nn.Linear(1, 1) for k in range(StackCache.SIZE + 1)}
+    for k in range(StackCache.SIZE):
+        cache.get(k, lambda k=k: [modules[k]], lambda k=k: k)
+    with torch.no_grad():
+        modules[0].weight.add_(1.0)  # entry 0, the oldest, goes stale
+    cache.get(0, lambda: [modules[0]], lambda: 0)  # rebuilt
+    cache.get(StackCache.SIZE, lambda: [modules[StackCache.SIZE]], lambda: StackCache.SIZE)
+    assert list(cache.kept) == [2, 3, 0, 4]  # 1, the oldest, went
+
+
+def test_each_rows_one_hot_covers_its_tokens_at_any_rank():
+    from hubcli.core.gathered import _one_hot
+
+    slots = torch.tensor([2, 0, 1])
+    for y in (torch.zeros(3, 4, 5), torch.zeros(3, 4, 2, 5)):  # a slot per row, at rank 3, 4
+        index = slots.view(-1, *(1,) * (y.dim() - 2))
+        got = _one_hot(index, 3, y, torch.float32)
+        tokens = y.shape[:-1].numel() // 3
+        assert torch.equal(got.argmax(1), slots.repeat_interleave(tokens))
+        assert got.shape == (y.shape[:-1].numel(), 3) and torch.equal(got.sum(1),
+                                                                      torch.ones(len(got)))
 
 
 def test_adapters_made_under_inference_mode_route_gathered(base):

@@ -28,13 +28,15 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Callable, Hashable, NamedTuple
+from typing import Callable, Hashable, NamedTuple, TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from hubcli.core.routing import Route
+
+T = TypeVar("T")
 
 
 class Parts(NamedTuple):
@@ -120,8 +122,9 @@ class StackCache:
     stacks per route's names, a head kind's per set of heads, a fusion's fold per set of
     components. Each is kept while its weights stay (`_Kept.holds`): written in place (an
     optimizer step, a load) a weight's version changes, moved (another device) its storage,
-    replaced (assigned a new Parameter) its module's entry. Its owner clears it when it adds
-    or removes an adapter (a site) or a head (the model). Listing the weights walks the
+    replaced (a Parameter or submodule assigned) its module's entry. A site clears its own
+    when it adds or removes an adapter, the model its heads' when it removes one with a
+    head. Listing the weights walks the
     modules, which costs more than a gathered site's kernels take to launch, so it is done
     on a rebuild only."""
 
@@ -142,7 +145,7 @@ class StackCache:
             self.kept.clear()
 
     def get(self, key: Hashable, modules: Callable[[], list[nn.Module]],
-            build: Callable[[], object]) -> object:
+            build: Callable[[], T]) -> T:
         """The stack for `key`, from `build()` unless the one kept still holds; `modules()`
         lists the modules whose own parameters it is built from."""
         with self._lock:
@@ -158,12 +161,12 @@ class StackCache:
 
 
 class _Kept(NamedTuple):
-    """A stack with what its weights were when it was built: which they were, their
-    storages and their versions."""
+    """A stack with what it was built from: which modules and tensors (held, so no new
+    object takes one of their ids), the tensors' storages and their versions."""
 
-    owned: list[dict]              # the modules' own parameters (`nn.Module._parameters`)
-    ids: list[int]                 # which tensors those held (the kept weights stay alive,
-                                   # so no new tensor takes one of their ids)
+    modules: list[nn.Module]
+    entries: list[dict]            # each module's own parameters and submodules
+    ids: list[int]                 # what those held
     weights: list[torch.Tensor]
     versioned: list[torch.Tensor]  # those with a version counter
     ptrs: list[int]
@@ -172,18 +175,19 @@ class _Kept(NamedTuple):
 
     @classmethod
     def of(cls, modules: list[nn.Module], stack: object) -> _Kept:
-        owned = [m._parameters for m in modules]
-        weights = [p for d in owned for p in d.values() if p is not None]
+        entries = [m._parameters for m in modules] + [m._modules for m in modules]
+        weights = [p for m in modules for p in m._parameters.values() if p is not None]
         # an inference tensor (made under torch.inference_mode) has no version counter: only
         # its storage tells, so one written in place there goes unnoticed, as `p.data` writes do
         versioned = [p for p in weights if not p.is_inference()]
-        return cls(owned, [id(p) for d in owned for p in d.values()], weights, versioned,
-                   [p.data_ptr() for p in weights], [p._version for p in versioned], stack)
+        return cls(modules, entries, [id(v) for d in entries for v in d.values()], weights,
+                   versioned, [p.data_ptr() for p in weights], [p._version for p in versioned],
+                   stack)
 
     def holds(self) -> bool:
-        """No weight replaced, moved or written in place since. Run on every site of every
-        pass: flat comprehensions, no tuples built."""
-        return ([id(p) for d in self.owned for p in d.values()] == self.ids
+        """Nothing replaced (a Parameter or a submodule assigned), moved or written in place
+        since. Run on every site of every pass: flat comprehensions, no tuples built."""
+        return ([id(v) for d in self.entries for v in d.values()] == self.ids
                 and [p.data_ptr() for p in self.weights] == self.ptrs
                 and [p._version for p in self.versioned] == self.versions)
 

@@ -183,9 +183,11 @@ class AdapterFusion(nn.Module):
         up_b = torch.stack([a.up.bias for a in adapters])  # [K, d]: the c_k
         sizes = [a.down.out_features for a in adapters]
         seg = torch.block_diag(*[up_w.new_ones(n, 1) for n in sizes])  # [M, K]
-        inputs = torch.cat([*(a.down.weight for a in adapters), up_w.t() @ weight,
-                            up_b @ weight])
-        biases = torch.cat([*(a.down.bias for a in adapters), up_w.t() @ bias, up_b @ bias])
+        with _full_precision(weight):  # kept for later passes, autocast or not
+            inputs = torch.cat([*(a.down.weight for a in adapters), up_w.t() @ weight,
+                                up_b @ weight])
+            biases = torch.cat([*(a.down.bias for a in adapters), up_w.t() @ bias,
+                                up_b @ bias])
         return inputs, biases, sum(sizes), seg, up_w.t().contiguous(), up_b
 
     def _query_key(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -195,11 +197,18 @@ class AdapterFusion(nn.Module):
         q, k = self.query, self.key
         stamp = tuple((p.data_ptr(), p._version) for p in (q.weight, q.bias, k.weight))
         if torch.is_grad_enabled() or self._folded is None or self._folded[0] != stamp:
-            folded = (k.weight.t() @ q.weight, k.weight.t() @ q.bias)
+            with _full_precision(q.weight):  # kept for later passes, autocast or not
+                folded = (k.weight.t() @ q.weight, k.weight.t() @ q.bias)
             if torch.is_grad_enabled():
                 return folded
             self._folded = (stamp, folded)
         return self._folded[1]
+
+
+def _full_precision(weight: torch.Tensor) -> torch.autocast:
+    """Autocast off on `weight`'s device: products kept across passes are made in the
+    weights' own dtype, whatever the pass that happens to build them runs under."""
+    return torch.autocast(weight.device.type, enabled=False)
 
 
 def build_adapter(config: AdapterConfig, base_layer: nn.Linear) -> nn.Module:

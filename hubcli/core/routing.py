@@ -62,7 +62,8 @@ class Route:
 
     @cached_property  # asked at every site of a gathered pass
     def keys(self) -> frozenset[str]:
-        """The module keys of `names` (`names.module_key`), for `AdapterTable.any_of`."""
+        """The module keys of `names` (`hubcli.core.names.module_key`), for
+        `AdapterTable.any_of`."""
         return frozenset(map(module_key, self.names))
 
     @classmethod
