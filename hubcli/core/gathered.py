@@ -175,7 +175,8 @@ class _Kept(NamedTuple):
 
     @classmethod
     def of(cls, modules: list[nn.Module], stack: object) -> _Kept:
-        entries = [m._parameters for m in modules] + [m._modules for m in modules]
+        # an empty one is left out: a stack reads no parameter or submodule added there later
+        entries = [d for m in modules for d in (m._parameters, m._modules) if d]
         weights = [p for m in modules for p in m._parameters.values() if p is not None]
         # an inference tensor (made under torch.inference_mode) has no version counter: only
         # its storage tells, so one written in place there goes unnoticed, as `p.data` writes do
