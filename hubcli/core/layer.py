@@ -131,7 +131,7 @@ class AdapterFusion(nn.Module):
         nn.init.normal_(self.key.weight, std=0.02)
         nn.init.eye_(self.value.weight)
         nn.init.zeros_(self.value.bias)
-        self._folded: tuple[tuple, tuple[torch.Tensor, torch.Tensor]] | None = None
+        self._query_key_kept = gathered.StackCache()  # `_query_key`, without gradients
         # forward_bottlenecks' folded matrices, per set of adapters (kept as a gathered
         # site's stacks are: until a weight changes, or the site adds or removes an adapter)
         self._fold = gathered.StackCache()
@@ -192,17 +192,17 @@ class AdapterFusion(nn.Module):
 
     def _query_key(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(W_K^T W_Q, W_K^T b_Q): the query and key projections as one Linear. Without
-        gradients it is kept until a weight changes (its storage or version counter), so a
-        small inference batch does not pay the d^3 product each time."""
+        gradients it is kept until the query or key changes (as a gathered site's stacks
+        are), so a small inference batch does not pay the d^3 product each time."""
+        if torch.is_grad_enabled():
+            return self._multiply_query_key()
+        return self._query_key_kept.get(None, lambda: [self.query, self.key],
+                                        self._multiply_query_key)
+
+    def _multiply_query_key(self) -> tuple[torch.Tensor, torch.Tensor]:
         q, k = self.query, self.key
-        stamp = tuple((p.data_ptr(), p._version) for p in (q.weight, q.bias, k.weight))
-        if torch.is_grad_enabled() or self._folded is None or self._folded[0] != stamp:
-            with _full_precision(q.weight):  # kept for later passes, autocast or not
-                folded = (k.weight.t() @ q.weight, k.weight.t() @ q.bias)
-            if torch.is_grad_enabled():
-                return folded
-            self._folded = (stamp, folded)
-        return self._folded[1]
+        with _full_precision(q.weight):  # kept for later passes, autocast or not
+            return k.weight.t() @ q.weight, k.weight.t() @ q.bias
 
 
 def _full_precision(weight: torch.Tensor) -> torch.autocast:
