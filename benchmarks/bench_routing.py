@@ -20,7 +20,7 @@ batch of 64 short sentences from the shipped sentiment sample:
 
 Before timing, every Parallel and the mixed batch, both ways, are checked against each
 adapter's own pass (`max_abs_diff`). The variants run interleaved (A B C ... A B C ...), `--repeats`
-rounds, so a noisy neighbour slows them alike; the best and the median of each are printed
+rounds, so a noisy neighbour slows them alike (the mixed batch's group, then the Parallels'); the best and the median of each are printed
 with the ratios the routing issue sets targets for (mixed/one >= 0.85 and mixed/bare >= 0.75
 in throughput, sep4/parallel >= 2, fuse/bare <= 1.5 in time). On a GPU (`--device cuda`)
 each timed call ends with a synchronize.
@@ -175,24 +175,27 @@ def main() -> None:
 
     blocks = {"": four, **{f"_top{top}": Parallel(*(f"top{top}_{k}" for k in range(4)))
                            for top in tops}}
-    variants = {"mixed": mixed(False), "mixed_gathered": mixed(True), "one": one,
-                "bare": bare, "naive": naive, "fuse": fused}
+    # two groups, each interleaved on its own: a server sends one kind of traffic, and the
+    # routes of both together are more than a gathered site keeps stacks for (`StackCache`)
+    kinds = [{"mixed": mixed(False), "mixed_gathered": mixed(True), "one": one,
+               "bare": bare, "naive": naive, "fuse": fused}, {}]
     for suffix, block in blocks.items():
-        variants[f"parallel{suffix}"] = parallel_of(block, False)
-        variants[f"parallel_gathered{suffix}"] = parallel_of(block, True)
-        variants[f"sep4{suffix}"] = separately(block)
-    times: dict[str, list[float]] = {k: [] for k in variants}
+        kinds[1][f"parallel{suffix}"] = parallel_of(block, False)
+        kinds[1][f"parallel_gathered{suffix}"] = parallel_of(block, True)
+        kinds[1][f"sep4{suffix}"] = separately(block)
+    times: dict[str, list[float]] = {k: [] for kind in kinds for k in kind}
     with torch.inference_mode():
         diff = max_abs_diff(model, batch, per_row, blocks.values())
-        for f in variants.values():  # warm-up: stacks built, kernels chosen
-            f()
-        sync()
-        for _ in range(args.repeats):
-            for k, f in variants.items():
-                t0 = time.perf_counter()
+        for variants in kinds:
+            for f in variants.values():  # warm-up: stacks built, kernels chosen
                 f()
-                sync()
-                times[k].append(time.perf_counter() - t0)
+            sync()
+            for _ in range(args.repeats):
+                for k, f in variants.items():
+                    t0 = time.perf_counter()
+                    f()
+                    sync()
+                    times[k].append(time.perf_counter() - t0)
     best = {k: min(v) for k, v in times.items()}
     median = {k: statistics.median(v) for k, v in times.items()}
 

@@ -278,14 +278,51 @@ def test_a_gathered_site_stacks_a_set_of_adapters_once_whatever_the_rows_order(b
     names = add_houlsby_set(model)
     builds = []
     real = gathered.bottlenecks
-    monkeypatch.setattr(gathered, "bottlenecks", lambda *a: builds.append(a[0]) or real(*a))
+    monkeypatch.setattr(gathered, "bottlenecks",
+                        lambda *a: builds.append(tuple(a[1])) or real(*a))
     batch = encode(base.tokenizer, TEXTS[:3])
     with torch.inference_mode():
         for per_row in ([names[0], names[1], BASE], [names[1], BASE, names[0]],
                         [BASE, names[0], names[1]]):
             model.forward_routed(**batch, per_row=per_row)
     sites = sum(1 for s in model.adapter_sites.values() if {names[0], names[1]} & set(s.adapters))
+    # 2 of the 8 adapters at each site: the batch's own are stacked, not all 8
     assert sites > 0 and builds == [(names[0], names[1])] * sites
+
+
+def test_batches_mixing_most_adapters_share_each_sites_stacks(base, monkeypatch):
+    """A server's batches each mix a different most of its adapters: every site stacks all
+    of them once, in slots every mix shares, and each row still gets its own adapter. With a
+    stack per mix (more mixes than a site keeps), each batch rebuilt them all."""
+    from hubcli.core import gathered, heads
+
+    model = AdapterModel(base.encoder)
+    model.gather = True
+    model.eval()
+    names = add_houlsby_set(model)
+    for n in names[5:]:  # the first five's heads are all mean-pooled: one kind
+        model.remove_adapter(n)
+    names = names[:5]
+    builds, head_builds = [], []
+    real, real_heads = gathered.bottlenecks, heads.stack_heads
+    monkeypatch.setattr(gathered, "bottlenecks",  # what each build stacks at its site
+                        lambda *a: builds.append(tuple(n for n in a[1] if n in a[2])) or real(*a))
+    monkeypatch.setattr(heads, "stack_heads",
+                        lambda hs: head_builds.append(len(hs)) or real_heads(hs))
+    mixes = [[names[k], names[(k + 1) % 5], names[(k + 2) % 5], BASE] for k in range(5)]
+    mixes += [list(names[:4]), [names[4], names[0], BASE, names[3]]]
+    batch = encode(base.tokenizer, TEXTS[:4])
+    with torch.inference_mode():
+        for per_row in mixes:
+            _, logits = model.forward_routed(**batch, per_row=per_row)
+            for i, name in enumerate(per_row):
+                if name != BASE:
+                    expected = alone(model, base.tokenizer, TEXTS[i], name)
+                    assert torch.allclose(logits[i], expected, atol=1e-5, rtol=0), (per_row, i)
+    sites = [s for s in model.adapter_sites.values() if s.adapters]
+    assert sorted(builds) == sorted(tuple(n for n in names if n in s.adapters) for s in sites)
+    assert head_builds == [5]
+    assert all(len(s._stack.kept) == 1 for s in sites)
 
 
 def test_removing_an_adapter_frees_its_weights_from_the_gathered_stacks(base):
@@ -310,8 +347,8 @@ def test_removing_an_adapter_frees_its_weights_from_the_gathered_stacks(base):
 
 
 def test_mixes_without_a_sites_adapters_leave_its_kept_stacks_alone(base, monkeypatch):
-    """A server rotating 5 mixes, 3 of them with adapter "x" (layer 0 only): x's sites keep
-    their 3 stacks across rounds. The mixes without x must not take places in x's sites'
+    """A server rotating 8 mixes, 3 of them with adapter "x" (layer 0 only): x's sites keep
+    the one stack they build. The 5 mixes without x must not take places in x's sites'
     caches (4 places): that evicted the real stacks, rebuilt on every pass."""
     from hubcli.core import gathered
 
@@ -323,23 +360,23 @@ def test_mixes_without_a_sites_adapters_leave_its_kept_stacks_alone(base, monkey
     for name in others:
         model.add_adapter(name, HoulsbyConfig(bottleneck=4, layers=(1,), layernorm="frozen"),
                           SEQ)
-    at_x = []  # builds at x's sites (layer 1's see all 5 mixes: more than they keep)
+    at_x = []  # builds at x's sites
     real = gathered.bottlenecks
 
-    def counted(names, adapters):
+    def counted(numbering, names, adapters):
         if "x" in adapters:
             at_x.append(names)
-        return real(names, adapters)
+        return real(numbering, names, adapters)
 
     monkeypatch.setattr(gathered, "bottlenecks", counted)
-    mixes = [["x", others[0]], [others[1], others[2]], ["x", others[1]], [others[3], others[0]],
-             ["x", others[2]]]
+    o0, o1, o2, o3 = others
+    mixes = [["x", o0], [o1, o2], ["x", o1], [o3, o0], ["x", o2], [o0, o2], [o1, o3], [o2, o3]]
     batch = encode(base.tokenizer, TEXTS[:2])
     with torch.inference_mode():
         for _ in range(3):
             for per_row in mixes:
                 model.forward_routed(**batch, per_row=per_row)
-    assert len(at_x) == 3 * 2  # each mix with x, once at each of x's two sites
+    assert len(at_x) == 2  # once at each of x's two sites
 
 
 def test_a_routed_pass_runs_under_autocast(model, base):
@@ -432,3 +469,15 @@ def test_the_stack_cache_holds_up_under_threads_evicting_each_other():
     finally:
         sys.setswitchinterval(interval)
     assert errors == [] and len(cache.kept) == StackCache.SIZE
+
+
+def test_a_gathered_routes_slots_number_its_numbering():
+    """Slots follow the numbering given (every adapter loaded), not the batch's own: the
+    same adapter takes the same slot in every mix; one the numbering leaves out is refused."""
+    numbering = ("a", "b", "c", "d")
+    route = Route.of(["c", BASE, "a", "c"], gather=True, numbering=numbering)
+    assert route.names == ("a", "c") and route.numbering == numbering
+    assert route.slots.tolist() == [0, 1, 3, 3]  # sorted rows: the base's, a's, then c's
+    assert Route.of(["c"], gather=True).slots.tolist() == [1]  # by default, the batch's own
+    with pytest.raises(ValueError, match="the numbering leaves out e"):
+        Route.of(["a", "e"], gather=True, numbering=numbering)

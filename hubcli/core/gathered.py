@@ -19,16 +19,18 @@ segments). The up biases are added by one more product, with the rows' slots one
 the base, or of an adapter with nothing here, gets exactly y (zeros contribute +0) or the
 base LayerNorm's own output, so it stays bit-identical to the base.
 
-The stacks are built once per set of the route's adapters (a route numbers its adapters in
-name order, whatever order the rows come in) and kept until a weight changes; they are for
-inference only (the caller checks `torch.is_grad_enabled()`).
+A stack's slots are the route's `numbering` (every adapter loaded, in name order), so one
+stack serves batches mixing any of them: a site stacks all the adapters it has, unless a
+batch uses fewer than half of them (`stacks_all`), when it stacks the batch's own rather
+than more than double their arithmetic. Stacks are kept until a weight changes; they are
+for inference only (the caller checks `torch.is_grad_enabled()`).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Callable, Hashable, NamedTuple, TypeVar
+from typing import Callable, Hashable, Iterable, NamedTuple, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -101,15 +103,17 @@ class LayerNorms(NamedTuple):
     plain: torch.Tensor   # [slots] bool: the base's own parameters (no deltas here)
     plain_slots: tuple[bool, ...]  # the same on the host: LayerNorms alike share row masks
 
-    def __call__(self, x: torch.Tensor, base: nn.LayerNorm, route: Route) -> torch.Tensor:
-        """`base` on `x` with each row's slot's parameters; rows of a plain slot get the base
+    def __call__(self, x: torch.Tensor, base: nn.LayerNorm, route: Route, plain_rows: bool
+                 ) -> torch.Tensor:
+        """`base` on `x` with each row's slot's parameters; where some rows are of a plain slot
+        (`plain_rows`: the base's, or an adapter's without deltas here), they get the base
         LayerNorm's own output."""
         slots = route.slot_index(x)
         normed = F.layer_norm(x, base.normalized_shape, None, None, base.eps)
         affine = per_slot(self.affine, slots)  # one gather for both
         d = x.shape[-1]
         out = torch.addcmul(affine[..., d:], normed, affine[..., :d])
-        if any(self.plain_slots[1:]) or route.has_base:
+        if plain_rows:
             return torch.where(route.memo(("plain", self.plain_slots, x.dim()),
                                           lambda: per_slot(self.plain, slots)[..., None]),
                                base(x), out)
@@ -119,7 +123,7 @@ class LayerNorms(NamedTuple):
 class StackCache:
     """What was stacked (or folded) from some adapters' weights, for the last few keys
     (`SIZE`: a server alternating a few mixes, a Parallel beside mixed batches): a site's
-    stacks per route's names, a head kind's per set of heads, a fusion's fold per set of
+    stacks per numbering (and per batch's adapters, `stacks_all`), a head kind's alike, a fusion's fold per set of
     components. Each is kept while its weights stay (`_Kept.holds`): written in place (an
     optimizer step, a load) a weight's version changes, moved (another device) its storage,
     replaced (a Parameter or submodule assigned) its module's entry. A site clears its own
@@ -193,14 +197,22 @@ class _Kept(NamedTuple):
                 and [p._version for p in self.versioned] == self.versions)
 
 
-def bottlenecks(names: tuple[str, ...], adapters: dict[str, nn.Module]
-                ) -> Bottlenecks | None:
-    """The stack of `names`' adapters at one Linear (slot k + 1 for names[k]; one at least
-    is here); None where they cannot share one: both methods at one site, a
+def stacks_all(used: int, present: int) -> bool:
+    """Whether a site stacks all `present` adapters it has, when a batch uses `used` of them:
+    then every mix of them shares one stack, for at most twice the arithmetic of the batch's
+    own; where fewer are used, it stacks the batch's own (a stack per mix)."""
+    return 2 * used >= present
+
+
+def bottlenecks(numbering: tuple[str, ...], names: Iterable[str],
+                adapters: dict[str, nn.Module]) -> Bottlenecks | None:
+    """The stack of `names`' adapters at one Linear (slot k + 1 for numbering[k]; one at
+    least is here); None where they cannot share one: both methods at one site, a
     bottleneck that reads past its Linear (its `parts()` is None), or an up-projection or
     up bias that is not finite (every row multiplies them all, if only by zero: 0 x NaN
     would reach them all)."""
-    present = [(k + 1, adapters[n].parts()) for k, n in enumerate(names) if n in adapters]
+    slot = {n: k + 1 for k, n in enumerate(numbering)}
+    present = [(slot[n], adapters[n].parts()) for n in names if n in adapters]
     first = present[0][1]
     if any(p is None or p.reads_input != first.reads_input
            or (p.up_bias is None) != (first.up_bias is None) for _, p in present):
@@ -220,7 +232,7 @@ def bottlenecks(names: tuple[str, ...], adapters: dict[str, nn.Module]
     if first.up_bias is not None:  # a zero row for each slot without an adapter here
         zeros, by_slot = first.up_bias.new_zeros(first.up.shape[0]), dict(present)
         up_bias = torch.stack([by_slot[k].up_bias if k in by_slot else zeros
-                               for k in range(len(names) + 1)])
+                               for k in range(len(numbering) + 1)])
     owner = torch.tensor([k for k, p in present for _ in range(p.down.shape[0])],
                          device=first.down.device)
     up_t = torch.cat([p.up for p in parts], 1).t().contiguous()
@@ -235,12 +247,13 @@ def bottlenecks(names: tuple[str, ...], adapters: dict[str, nn.Module]
                        tuple((k, p.down.shape[0]) for k, p in present))
 
 
-def layernorms(names: tuple[str, ...], base: nn.LayerNorm, deltas: dict[str, nn.Module]
+def layernorms(numbering: tuple[str, ...], base: nn.LayerNorm, deltas: dict[str, nn.Module]
                ) -> LayerNorms:
-    """The base LayerNorm's parameters per slot, with the deltas of `names` that have some
-    here (slot k + 1 for names[k]; slot 0, the base's)."""
+    """The base LayerNorm's parameters per slot, with the deltas of `numbering`'s adapters
+    that have some here (slot k + 1 for numbering[k]; slot 0, the base's). Every row reads
+    one slot's, so the slots a batch leaves unused cost nothing but their memory."""
     weights, biases, plain = [base.weight], [base.bias], [True]
-    for n in names:
+    for n in numbering:
         delta = deltas[n] if n in deltas else None
         weights.append(base.weight if delta is None else base.weight + delta.weight_delta)
         biases.append(base.bias if delta is None else base.bias + delta.bias_delta)

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hubcli.core.gathered import StackCache
+from hubcli.core.gathered import StackCache, stacks_all
+from hubcli.core.routing import Route
 from hubcli.format.spec import HEAD_TYPES
 
 
@@ -134,17 +135,19 @@ def stack_heads(heads: list[nn.Module]) -> HeadStack:
 
 
 def routed_heads(heads: dict[str, nn.Module], segments: list[tuple[str, int, int]],
-                 hidden: torch.Tensor, mask: torch.Tensor, stacks: dict | None,
-                 to: torch.device | str | None = None) -> dict[str, torch.Tensor]:
+                 hidden: torch.Tensor, mask: torch.Tensor, stacks: dict,
+                 route: Route | None = None, to: torch.device | str | None = None
+                 ) -> dict[str, torch.Tensor]:
     """Each segment's rows (name, first, end) through that adapter's head: {name: its rows'
-    outputs}, moved `to` (in one copy per head, or per stack). With `stacks` (a gathered
-    route: a GPU) in inference, heads of one kind run as one `HeadStack` over the rows they
-    span, kept in `stacks` per kind; else each head runs on its own rows."""
-    if torch.is_grad_enabled() or any(heads[n].training for n, _, _ in segments):
-        stacks = None  # a stack is for inference: no gradients, no dropout
+    outputs}, moved `to` (in one copy per head, or per stack). Where `route` (the rows'
+    route, in its order) gathers, in inference, heads of one kind run as one `HeadStack`
+    over the rows they span (`_kind_stack`), kept in `stacks` per kind; else each head runs
+    on its own rows."""
+    gather = (route is not None and route.gathering()
+              and not any(heads[n].training for n, _, _ in segments))  # no dropout in a stack
     groups: dict = {}
     for n, s, e in segments:
-        groups.setdefault(n if stacks is None else head_kind(heads[n]), []).append((n, s, e))
+        groups.setdefault(head_kind(heads[n]) if gather else n, []).append((n, s, e))
     out = {}
     for kind, members in groups.items():
         if len(members) == 1:
@@ -152,19 +155,32 @@ def routed_heads(heads: dict[str, nn.Module], segments: list[tuple[str, int, int
             o = heads[n](hidden[s:e], mask[s:e])
             out[n] = o if to is None else o.to(to)
             continue
-        names = tuple(n for n, _, _ in members)
-        # the head modules in the key: one replaced under its name makes another key (held
-        # there, no new module takes its id)
-        own = tuple(heads[n] for n in names)
         cache = stacks.get(kind) or stacks.setdefault(kind, StackCache())  # made once
-        stack = cache.get((names, own), lambda: [m for h in own for m in h.modules()],
-                          lambda: stack_heads(list(own)))
+        stack, place = _kind_stack(heads, kind, tuple(n for n, _, _ in members), route, cache)
         lo, hi = min(s for _, s, _ in members), max(e for _, _, e in members)
-        slot = [0] * (hi - lo)  # rows of other heads in the span: any slot, dropped below
-        for k, (_, s, e) in enumerate(members):
-            slot[s - lo:e - lo] = [k] * (e - s)
-        res = stack(hidden[lo:hi], mask[lo:hi], torch.tensor(slot, device=hidden.device))
+        # rows of other heads in the span take some head's outputs, dropped below
+        res = stack(hidden[lo:hi], mask[lo:hi], place.index_select(0, route.slots[lo:hi]))
         res = res if to is None else res.to(to)
         for n, s, e in members:
             out[n] = res[s - lo:e - lo, ..., :heads[n].out.out_features]
     return out
+
+
+def _kind_stack(heads: dict[str, nn.Module], kind: tuple, names: tuple[str, ...],
+                route: Route, cache: StackCache) -> tuple[HeadStack, torch.Tensor]:
+    """The heads of one `kind` for rows of `names` (that kind's), stacked as a gathered
+    route's sites stack adapters: every head of the kind among its numbering (any mix of them
+    shares it), or only `names`' (`stacks_all`); with each slot's place in the stack."""
+    of_kind = tuple(n for n in route.numbering if n in heads and head_kind(heads[n]) == kind)
+    chosen = of_kind if stacks_all(len(names), len(of_kind)) else names
+    # the head modules in the key: one replaced under its name makes another key (held there,
+    # no new module takes its id)
+    own = tuple(heads[n] for n in chosen)
+
+    def build() -> tuple[HeadStack, torch.Tensor]:
+        at = {n: k for k, n in enumerate(chosen)}  # slot 0 (the base), and others: any place
+        place = [at.get(n, 0) for n in (None, *route.numbering)]
+        return stack_heads(list(own)), torch.tensor(place, device=route.slots.device)
+
+    return cache.get((route.numbering, chosen, own), lambda: [m for h in own for m in h.modules()],
+                     build)

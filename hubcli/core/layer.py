@@ -324,21 +324,23 @@ class AdapterLinear(nn.Module):
 
     def _routed(self, x: torch.Tensor, y: torch.Tensor, route: Route) -> torch.Tensor:
         if route.gathering():
-            if not self.adapters.any_of(route.keys):
+            used = self.adapters.count_of(route.keys)
+            if not used:
                 return y
-            stack = self._stacked(route.names)
+            stack = self._stacked(route, gathered.stacks_all(used, len(self.adapters)))
             if stack is not None:  # else the adapters here cannot share one: by segments
                 return stack(x, y, route)
         return route.apply(y, self.adapters.__contains__,
                            lambda n, s, e: self._run(n, x[s:e], y[s:e], slice(s, e)))
 
-    def _stacked(self, names: tuple[str, ...]) -> gathered.Bottlenecks | None:
-        """`names`' adapters here (one at least), stacked; None where they cannot share a
-        stack."""
+    def _stacked(self, route: Route, every: bool) -> gathered.Bottlenecks | None:
+        """The adapters here, `every` one or the route's own (one at least is here), stacked
+        in the slots of its numbering; None where they cannot share a stack."""
+        names = route.numbering if every else route.names
         return self._stack.get(
-            names, lambda: [m for n in names if n in self.adapters
-                            for m in self.adapters[n].modules()],
-            lambda: gathered.bottlenecks(names, self.adapters))
+            (route.numbering, None if every else names),
+            lambda: [m for n in names if n in self.adapters for m in self.adapters[n].modules()],
+            lambda: gathered.bottlenecks(route.numbering, names, self.adapters))
 
 
 class LayerNormDelta(nn.Module):
@@ -382,18 +384,21 @@ class DeltaLayerNorm(nn.Module):
         if route is None:
             return self.as_adapter(x, self.active)
         if route.gathering():
-            if not self.deltas.any_of(route.keys):
+            with_deltas = self.deltas.count_of(route.keys)
+            if not with_deltas:
                 return self.base_layer(x)
-            return self._stacked(route.names)(x, self.base_layer, route)
+            return self._stacked(route.numbering)(
+                x, self.base_layer, route, route.has_base or with_deltas < len(route.names))
         return route.apply(self.base_layer(x), self.deltas.__contains__,
                            lambda n, s, e: self.as_adapter(x[s:e], n))
 
-    def _stacked(self, names: tuple[str, ...]) -> gathered.LayerNorms:
-        """This LayerNorm's parameters per slot of `names` (one at least has deltas here)."""
+    def _stacked(self, numbering: tuple[str, ...]) -> gathered.LayerNorms:
+        """This LayerNorm's parameters per slot of `numbering` (one at least has deltas
+        here)."""
         return self._stack.get(
-            names, lambda: [self.base_layer, *(self.deltas[n] for n in names
-                                               if n in self.deltas)],
-            lambda: gathered.layernorms(names, self.base_layer, self.deltas))
+            numbering, lambda: [self.base_layer, *(self.deltas[n] for n in numbering
+                                                   if n in self.deltas)],
+            lambda: gathered.layernorms(numbering, self.base_layer, self.deltas))
 
     def as_adapter(self, x: torch.Tensor, name: str | None) -> torch.Tensor:
         """This LayerNorm with `name`'s deltas, or the base's where it has none."""

@@ -57,7 +57,7 @@ class AdapterTable(nn.ModuleDict):
     def items(self) -> list[tuple[str, nn.Module]]:  # type: ignore[override]
         return [(adapter_name(k), m) for k, m in super().items()]
 
-    def any_of(self, keys: frozenset[str]) -> bool:
-        """True when some module is stored under one of `keys` (module keys, `module_key`):
-        one set operation, for a check made at every site of every pass."""
-        return not self._modules.keys().isdisjoint(keys)
+    def count_of(self, keys: frozenset[str]) -> int:
+        """How many modules are stored under `keys` (module keys, `module_key`): one set
+        operation, for a count made at every site of every pass."""
+        return len(self._modules.keys() & keys)

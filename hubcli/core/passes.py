@@ -40,15 +40,17 @@ class RoutedPasses:
         Raises:
             AdapterError: a name that is not loaded, or a fusion.
         """
+        routable = self.routable()
         for n in dict.fromkeys(per_row):  # each name once: a batch repeats them
             if n not in (None, BASE):
                 self._require(n)
-                if isinstance(self.infos[n].config, Fuse) or n in self.compositions:
+                if n not in routable:
                     raise AdapterError(f"{n} is a fusion or stack; rows are routed to single "
                                        "adapters", hint="activate() it instead")
         ref = self.encoder.get_input_embeddings().weight
         lengths = None if attention_mask is None else attention_mask.sum(1).tolist()
-        route = Route.of(per_row, ref.device, lengths, gather=self.gathers())
+        gather = self.gathers()
+        route = Route.of(per_row, ref.device, lengths, gather, routable if gather else None)
         sites = [*self.adapter_sites.values(), *self.layernorm_sites.values()]
         for site in sites:
             site.route = route
@@ -57,6 +59,12 @@ class RoutedPasses:
         finally:
             for site in sites:
                 site.route = None
+
+    def routable(self) -> tuple[str, ...]:
+        """The adapters rows can be routed to (every one loaded but fusions and stacks), in
+        name order: a gathered route numbers them all, so that its stacks serve any mix."""
+        return tuple(sorted(n for n, info in self.infos.items()
+                            if not isinstance(info.config, Fuse) and n not in self.compositions))
 
     def gathers(self) -> bool:
         """Whether routed passes gather (`self.gather`; by default, off the CPU)."""
@@ -99,7 +107,7 @@ class RoutedPasses:
         for group in [sorted(names)] if batched else [[n] for n in names]:
             k = len(group)
             mask = attention_mask.repeat(k, 1)
-            with self.routing([n for n in group for _ in range(b)], mask):
+            with self.routing([n for n in group for _ in range(b)], mask) as route:
                 if shared is None:
                     types = None if token_type_ids is None else token_type_ids.repeat(k, 1)
                     hidden = self.encode(input_ids.repeat(k, 1), mask, types)
@@ -108,7 +116,7 @@ class RoutedPasses:
                                               split).padded()
             out.update(routed_heads(self.heads, [(n, j * b, (j + 1) * b) for j, n in
                                                  enumerate(group)], hidden, mask,
-                                    self._stacks if batched else None, logits_to))
+                                    self._stacks, route, logits_to))
         return out
 
     def first_layer_acting(self, names: Iterable[str]) -> int | None:
@@ -142,8 +150,7 @@ class RoutedPasses:
                                  None if token_type_ids is None else route.sort(token_type_ids))
         logits: list[torch.Tensor | None] = [None] * len(per_row)
         outs = routed_heads(self.heads, [g for g in route.segments if g[0] in self.heads],
-                            hidden, mask, self._stacks if route.gathering() else None,
-                            logits_to)
+                            hidden, mask, self._stacks, route, logits_to)
         for name, out in outs.items():
             for r, row in zip(route.rows_of(name)[2], out.unbind(0)):
                 logits[r] = row

@@ -16,7 +16,10 @@ at a batch this size a pass there is bound by them, and the segmented form launc
 site's kernels once per adapter. A route made with `gather` carries each row's slot (its
 adapter's place in `names`, 0 for the base) instead, and a site runs every adapter at once
 over their stacked weights, keeping each row's own (`gathered.py`): a constant number of
-launches, whatever the number of adapters, for some wasted arithmetic.
+launches, whatever the number of adapters, for some wasted arithmetic. Its slots number the
+adapters of `numbering`, all those loaded, not only the batch's: batches mixing different
+ones then find the same stacks at every site (numbering only a batch's own, each new mix of a
+server's traffic would rebuild them all).
 
 `BASE` rows, and rows whose adapter has nothing at a site, keep exactly what the frozen base
 computed there, so they stay bit-identical to the base.
@@ -53,28 +56,36 @@ class Route:
     order: torch.Tensor            # [batch] long: sorted position -> the caller's row
     rows: tuple[int, ...]          # the same on the host, read without waiting on a GPU
     token_segments: tuple[Segment, ...] | None = None  # the same, in packed tokens
-    # with `gather`: [rows] each sorted row's slot (0: the base, k + 1: names[k]); [tokens]
-    # the same for packed tokens
+    # with `gather`: [rows] each sorted row's slot (0: the base, k + 1: numbering[k]);
+    # [tokens] the same for packed tokens
     slots: torch.Tensor | None = None
     token_slots: torch.Tensor | None = None
+    numbering: tuple[str, ...] = ()  # the adapters slots number: `names`, or more
     # what the sites of one pass can share (a gathered layout's mask), built by the first
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @cached_property  # asked at every site of a gathered pass
     def keys(self) -> frozenset[str]:
         """The module keys of `names` (`hubcli.core.names.module_key`), for
-        `AdapterTable.any_of`."""
+        `AdapterTable.count_of`."""
         return frozenset(map(module_key, self.names))
 
     @classmethod
     def of(cls, per_row: list[str | None], device: torch.device | None = None,
-           lengths: list[int] | None = None, gather: bool = False) -> Route:
+           lengths: list[int] | None = None, gather: bool = False,
+           numbering: tuple[str, ...] | None = None) -> Route:
         """A route from one adapter name per row (`BASE` or None: the untouched base);
         `lengths`, each row's real tokens, for an encoder that packs them; `gather`: sites
-        run all the adapters at once over stacked weights (`gathered.py`)."""
+        run all the adapters at once over stacked weights (`gathered.py`), the slots
+        numbering the adapters of `numbering` (by default the batch's, in name order).
+
+        Raises:
+            ValueError: a row's adapter that `numbering` leaves out.
+        """
         # in name order: the same adapters in any row order make the same route's slots, so
         # a gathered site's stacks for them are built once (gathered.StackCache)
         names = tuple(sorted({n for n in per_row if n not in (None, BASE)}))
+        numbering = names if numbering is None else tuple(numbering)
         groups: dict[str | None, list[int]] = {None: []}
         groups.update({n: [] for n in names})
         for row, n in enumerate(per_row):
@@ -93,7 +104,9 @@ class Route:
             tokens = tuple((n, offsets[s], offsets[e]) for n, s, e in segments)
         index = list(order)  # the row order and any slots, copied to the device at once
         if gather:  # each segment's slot, once per row (and once per token)
-            slot = {None: 0, **{n: k + 1 for k, n in enumerate(names)}}
+            slot = {None: 0, **{n: k + 1 for k, n in enumerate(numbering)}}
+            if missing := [n for n in names if n not in slot]:
+                raise ValueError(f"the numbering leaves out {', '.join(missing)}")
             for spans in (segments, tokens or ()):
                 for n, s, e in spans:
                     index += [slot[n]] * (e - s)
@@ -102,7 +115,7 @@ class Route:
         slots = on_device[b:2 * b] if gather else None
         token_slots = on_device[2 * b:] if gather and tokens is not None else None
         return cls(names, tuple(segments), on_device[:b], tuple(order), tokens, slots,
-                   token_slots)
+                   token_slots, numbering if gather else ())
 
     def sort(self, t: torch.Tensor) -> torch.Tensor:
         """The caller's batch in routed order."""
