@@ -157,7 +157,31 @@ def test_route_ends_with_the_block_and_weight_changes_show_at_once(model, base):
         expected = model(**encode(base.tokenizer, TEXTS[:1]))[0]
     assert not torch.allclose(first, second)
     assert torch.allclose(second, expected, atol=1e-5, rtol=0)
-    assert all(site.route is None for site in model.adapter_sites.values())
+    assert model.routes.route is None  # the pass's route, gone with it
+
+
+def test_every_site_reads_its_models_one_route_holder_copies_included(base):
+    """The model sets a pass's route once, on the holder all its sites read: a site with
+    another holder would run that pass unrouted. A deep copy's sites share a new holder of
+    their own (routing the copy leaves the original alone); a model made again over an
+    encoder already wrapped keeps its sites' holder."""
+    model = AdapterModel(base.encoder)
+    model.add_adapter("x", HoulsbyConfig(bottleneck=4, init_scale=0.3), SEQ)
+    model.eval()
+    twin = copy.deepcopy(model)
+    again = AdapterModel(base.encoder)
+    for m in (model, twin):
+        sites = [*m.adapter_sites.values(), *m.layernorm_sites.values()]
+        assert all(site.routes is m.routes for site in sites)
+    assert twin.routes is not model.routes and again.routes is model.routes
+    batch = encode(base.tokenizer, TEXTS[:2])
+    with torch.inference_mode():
+        with twin.routing(["x", BASE]) as route:
+            assert twin.routes.route is route and model.routes.route is None
+        _, logits = twin.forward_routed(**batch, per_row=["x", "x"])
+        twin.activate("x")
+        assert torch.allclose(logits[1], twin(**encode(base.tokenizer, TEXTS[1:2]))[0],
+                              atol=1e-5, rtol=0)
 
 
 def test_weights_replaced_rather_than_written_show_at_once(model, base):

@@ -36,7 +36,7 @@ from hubcli.core import gathered
 from hubcli.core.config import AdapterConfig, HoulsbyConfig, LoraConfig
 from hubcli.core.names import AdapterTable
 from hubcli.core.ops import ACTIVATION_FUNCTIONS
-from hubcli.core.routing import PerThread, Route
+from hubcli.core.routing import PerThread, Route, Routes
 
 
 class Sublayer(NamedTuple):
@@ -222,8 +222,7 @@ class AdapterLinear(nn.Module):
     """A frozen Linear followed by the active named adapter, if any; or, with a `route` set,
     by each row's own adapter."""
 
-    # each thread's own, so concurrent passes stay apart: the route, and the sublayer's input
-    route = PerThread()
+    # each thread's own, so concurrent passes stay apart: the sublayer's input (and the route)
     residual = PerThread()
 
     def __init__(self, base_layer: nn.Linear):
@@ -232,7 +231,7 @@ class AdapterLinear(nn.Module):
         self.adapters = AdapterTable()
         self.fusions = AdapterTable()
         self.active: Block | None = None
-        self.route: Route | None = None
+        self.routes = Routes()  # the model's, shared by its sites (`AdapterModel`)
         self.bypass = False  # adapters switched off here (ablation, AdapterDrop)
         # (the sublayer module, its LayerNorm): in a tuple, so neither registers as a child
         self._wiring: tuple[nn.Module, DeltaLayerNorm] | None = None
@@ -297,8 +296,9 @@ class AdapterLinear(nn.Module):
         y = self.base_layer(x)
         if self.bypass:
             return y
-        if self.route is not None:
-            return self._routed(x, y, self.route)
+        route = self.routes.route
+        if route is not None:
+            return self._routed(x, y, route)
         if self.active is None:
             return y
         return self._composed(x, y, self.active)
@@ -355,14 +355,12 @@ class LayerNormDelta(nn.Module):
 class DeltaLayerNorm(nn.Module):
     """A frozen LayerNorm whose affine parameters get the active adapter's deltas."""
 
-    route = PerThread()
-
     def __init__(self, base_layer: nn.LayerNorm):
         super().__init__()
         self.base_layer = base_layer
         self.deltas = AdapterTable()
         self.active: str | None = None
-        self.route: Route | None = None
+        self.routes = Routes()  # the model's, shared by its sites (`AdapterModel`)
         self._stack = gathered.StackCache()
 
     def add(self, name: str) -> LayerNormDelta:
@@ -380,7 +378,7 @@ class DeltaLayerNorm(nn.Module):
             self.active = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        route = self.route
+        route = self.routes.route
         if route is None:
             return self.as_adapter(x, self.active)
         if route.gathering():

@@ -72,6 +72,11 @@ class AdapterModel(RoutedPasses, nn.Module):
                     layer.get_submodule(t.adapters[placement].rpartition(".")[0]), norm)
         for name in EXTRA_LAYERNORMS:
             self.layernorm_sites[name] = _swap(encoder, t.extra_layernorms[name], DeltaLayerNorm)
+        # one holder of the pass's route for every site: an encoder wrapped before (by
+        # another model) keeps its sites' (a plain attribute, read at every site of a pass)
+        self.routes = next(iter(self.adapter_sites.values())).routes
+        for site in [*self.adapter_sites.values(), *self.layernorm_sites.values()]:
+            site.routes = self.routes
         self.heads = AdapterTable()
         self._stacks: dict = {}  # routed heads stacked per kind, when gathering (routed_heads)
         self.infos: dict[str, AdapterInfo] = {}

@@ -2,9 +2,10 @@
 (`forward_routed`), and one input through several adapters at once (`forward_parallel`).
 
 `RoutedPasses` is a mixin of `AdapterModel`: it reads the model's sites, heads and adapter
-table, and sets a `Route` on every site for the length of a pass (`routing`). Whether a pass
-gathers (every site runs all its adapters at once over stacked weights: a GPU's way) or runs
-each adapter on its own rows (a CPU's) is the model's `gather` switch (`gathers`).
+table, and sets a `Route` for every site to read for the length of a pass (`routing`).
+Whether a pass gathers (every site runs all its adapters at once over stacked weights: a
+GPU's way) or runs each adapter on its own rows (a CPU's) is the model's `gather` switch
+(`gathers`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from hubcli.format.spec import EXTRA_LAYERNORMS
 
 class RoutedPasses:
     """Routed and Parallel passes over an `AdapterModel`: they read its `encoder`,
-    `num_layers`, `adapter_sites`, `layernorm_sites`, `heads` (and their stacks, `_stacks`),
+    `num_layers`, `adapter_sites`, `layernorm_sites`, `routes` (the holder its sites read),
+    `heads` (and their stacks, `_stacks`),
     `infos`, `compositions` and `gather`, and call its `_require` and `encode`."""
 
     @contextmanager
@@ -51,14 +53,11 @@ class RoutedPasses:
         lengths = None if attention_mask is None else attention_mask.sum(1).tolist()
         gather = self.gathers()
         route = Route.of(per_row, ref.device, lengths, gather, routable if gather else None)
-        sites = [*self.adapter_sites.values(), *self.layernorm_sites.values()]
-        for site in sites:
-            site.route = route
+        self.routes.route = route  # what every site reads
         try:
             yield route
         finally:
-            for site in sites:
-                site.route = None
+            self.routes.route = None
 
     def routable(self) -> tuple[str, ...]:
         """The adapters rows can be routed to (every one loaded but fusions and stacks), in

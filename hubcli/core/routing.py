@@ -24,8 +24,9 @@ server's traffic would rebuild them all).
 `BASE` rows, and rows whose adapter has nothing at a site, keep exactly what the frozen base
 computed there, so they stay bit-identical to the base.
 
-A site holds its route per thread (`PerThread`), so two threads can run routed passes over one
-model at once, each with its own batch (`hub serve --workers`).
+The sites of a model read the route from one holder the model sets once per pass (`Routes`),
+per thread, so two threads can run routed passes over one model at once, each with its own
+batch (`hub serve --workers`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import torch
 from hubcli.core.names import module_key
 from hubcli.format.vocab import BASE
 
-__all__ = ["BASE", "PerThread", "Route", "Segment"]
+__all__ = ["BASE", "PerThread", "Route", "Routes", "Segment"]
 
 # (adapter name, or None for the untouched base; first row; one past the last row)
 Segment = tuple[str | None, int, int]
@@ -182,6 +183,17 @@ class Route:
             return run(*segments[0])
         return torch.cat([run(n, s, e) if n is not None and has(n) else y[s:e]
                           for n, s, e in segments])
+
+
+class Routes(threading.local):
+    """The route of the pass a thread is running, for every site of one model to read (None
+    outside a routed pass): set once per pass, not once per site. A copy (deepcopy, pickle)
+    is a new holder with none set, shared by the copied sites as the original is."""
+
+    route: Route | None = None
+
+    def __reduce__(self) -> tuple:
+        return Routes, ()
 
 
 class PerThread:
