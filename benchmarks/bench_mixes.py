@@ -25,9 +25,8 @@ import argparse
 import json
 import random
 import statistics
-import time
 
-from bench_routing import build, sentences
+from bench_routing import build, interleaved, sentences
 
 
 def main() -> None:
@@ -63,18 +62,8 @@ def main() -> None:
     def varied():
         model.forward_routed(**batch, per_row=mixes[next(turn) % len(mixes)])
 
-    variants = {"fixed": fixed, "varied": varied}
-    times: dict[str, list[float]] = {k: [] for k in variants}
     with torch.inference_mode():
-        for f in variants.values():  # warm-up
-            f()
-        sync()
-        for _ in range(args.repeats):
-            for k, f in variants.items():
-                t0 = time.perf_counter()
-                f()
-                sync()
-                times[k].append(time.perf_counter() - t0)
+        times = interleaved({"fixed": fixed, "varied": varied}, args.repeats, sync)
     best = {k: min(v) for k, v in times.items()}
     median = {k: statistics.median(v) for k, v in times.items()}
     print(json.dumps({

@@ -44,6 +44,7 @@ import json
 import os
 import statistics
 import time
+from typing import Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -106,6 +107,24 @@ def max_abs_diff(model, batch, per_row, blocks) -> float:
         for i, n in enumerate(per_row):
             worst = max(worst, (logits[i] - alone[n][i]).abs().max().item())
     return worst
+
+
+def interleaved(variants: dict[str, Callable[[], None]], repeats: int,
+                sync: Callable[[], None]) -> dict[str, list[float]]:
+    """Each variant's seconds per call over `repeats` rounds of all of them in turn (A B C ...
+    A B C ...), after one warm-up call each (stacks built, kernels chosen); `sync` waits for
+    a device's queued work."""
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for f in variants.values():
+        f()
+    sync()
+    for _ in range(repeats):
+        for k, f in variants.items():
+            t0 = time.perf_counter()
+            f()
+            sync()
+            times[k].append(time.perf_counter() - t0)
+    return times
 
 
 def main() -> None:
@@ -183,19 +202,11 @@ def main() -> None:
         kinds[1][f"parallel{suffix}"] = parallel_of(block, False)
         kinds[1][f"parallel_gathered{suffix}"] = parallel_of(block, True)
         kinds[1][f"sep4{suffix}"] = separately(block)
-    times: dict[str, list[float]] = {k: [] for kind in kinds for k in kind}
+    times: dict[str, list[float]] = {}
     with torch.inference_mode():
         diff = max_abs_diff(model, batch, per_row, blocks.values())
         for variants in kinds:
-            for f in variants.values():  # warm-up: stacks built, kernels chosen
-                f()
-            sync()
-            for _ in range(args.repeats):
-                for k, f in variants.items():
-                    t0 = time.perf_counter()
-                    f()
-                    sync()
-                    times[k].append(time.perf_counter() - t0)
+            times.update(interleaved(variants, args.repeats, sync))
     best = {k: min(v) for k, v in times.items()}
     median = {k: statistics.median(v) for k, v in times.items()}
 
