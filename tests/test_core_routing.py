@@ -505,3 +505,103 @@ def test_a_gathered_routes_slots_number_its_numbering():
     assert Route.of(["c"], gather=True).slots.tolist() == [1]  # by default, the batch's own
     with pytest.raises(ValueError, match="the numbering leaves out e"):
         Route.of(["a", "e"], gather=True, numbering=numbering)
+
+
+def test_a_site_whose_adapters_cannot_all_share_a_stack_still_stacks_a_batchs_own(
+        base, monkeypatch):
+    """One adapter that reads past its Linear cannot join a stack: a batch without it still
+    runs gathered at every site (the batch's own stacked), and one with it by segments."""
+    model = AdapterModel(base.encoder)
+    model.gather = True
+    model.eval()
+    for k in range(3):
+        model.add_adapter(f"h{k}", HoulsbyConfig(bottleneck=8, init_scale=0.3), SEQ)
+    model.add_adapter("pf", HoulsbyConfig(bottleneck=8, reads="normed", skip="sum"), SEQ)
+    _randomise(model, "pf", seed=3)
+    segments = []
+    real = Route.apply
+    monkeypatch.setattr(Route, "apply", lambda *a: segments.append(1) or real(*a))
+    batch = encode(base.tokenizer, TEXTS[:4])
+    with torch.inference_mode():
+        _, logits = model.forward_routed(**batch, per_row=["h0", "h1", "h2", BASE])
+        assert segments == []
+        model.forward_routed(**batch, per_row=["h0", "pf", "h2", BASE])
+        assert segments  # pf's sites ran by segments
+        for i in range(3):
+            model.activate(f"h{i}")
+            expected = model(**encode(base.tokenizer, TEXTS[i:i + 1]))[0]
+            assert torch.allclose(logits[i], expected, atol=1e-5, rtol=0)
+
+
+def test_many_adapters_loaded_a_route_numbers_only_its_batchs(base, monkeypatch):
+    """Past `gathered.NUMBERED` adapters loaded, what a pass costs must not grow with them:
+    a route numbers its batch's adapters only."""
+    from hubcli.core import gathered
+
+    model = AdapterModel(base.encoder)
+    model.gather = True
+    model.eval()
+    for k in range(4):
+        model.add_adapter(f"n{k}", HoulsbyConfig(bottleneck=2), SEQ)
+    with model.routing(["n2", "n0"]) as route:
+        assert route.numbering == ("n0", "n1", "n2", "n3")
+    monkeypatch.setattr(gathered, "NUMBERED", 3)
+    with model.routing(["n2", "n0"]) as route:
+        assert route.numbering == route.names == ("n0", "n2")
+
+
+def test_adding_or_removing_an_adapter_drops_every_kept_stack(base):
+    """A new adapter renumbers the routes: the stacks of the old numbering would never be
+    read again, so none may stay in memory (sites' and heads' alike)."""
+    model = AdapterModel(base.encoder)
+    model.gather = True
+    model.eval()
+    for k in range(3):
+        model.add_adapter(f"n{k}", HoulsbyConfig(bottleneck=2), SEQ)
+    batch = encode(base.tokenizer, TEXTS[:3])
+    sites = [*model.adapter_sites.values(), *model.layernorm_sites.values()]
+
+    def kept() -> int:
+        return (sum(len(s._stack.kept) for s in sites)
+                + sum(len(c.kept) for c in model._stacks.values()))
+
+    with torch.inference_mode():
+        model.forward_routed(**batch, per_row=["n0", "n1", "n2"])
+        assert kept() > 0
+        model.add_adapter("late", HoulsbyConfig(bottleneck=2, layers=(0,)), SEQ)
+        assert kept() == 0
+        model.forward_routed(**batch, per_row=["n0", "n1", "late"])
+        assert kept() > 0
+        model.remove_adapter("late")
+        assert kept() == 0
+
+
+def test_a_batch_using_few_of_a_sites_adapters_stacks_only_its_own(base, monkeypatch):
+    """Few of many used (fewer than half), a site stacks the batch's adapters only, keyed by
+    those it has: bottlenecks and LayerNorm deltas alike, so mixes that differ only where a
+    site has nothing (x, y: layer 0) share its stack. Half or more, it stacks all it has."""
+    from hubcli.core import gathered
+
+    model = AdapterModel(base.encoder)
+    model.gather = True
+    model.eval()
+    for k in range(4):
+        model.add_adapter(f"o{k}", HoulsbyConfig(bottleneck=2, layers=(1,), init_scale=0.3),
+                          SEQ)
+    for n in ("x", "y"):
+        model.add_adapter(n, HoulsbyConfig(bottleneck=2, layers=(0,), init_scale=0.3), SEQ)
+    built, norms = [], []
+    real, real_norms = gathered.bottlenecks, gathered.layernorms
+    monkeypatch.setattr(gathered, "bottlenecks",
+                        lambda *a: built.append(tuple(n for n in a[1] if n in a[2]))
+                        or real(*a))
+    monkeypatch.setattr(gathered, "layernorms", lambda *a: norms.append(tuple(a[1]))
+                        or real_norms(*a))
+    batch = encode(base.tokenizer, TEXTS[:2])
+    with torch.inference_mode():
+        for per_row in (["o0", "x"], ["o0", "y"]):
+            model.forward_routed(**batch, per_row=per_row)
+    # layer 1's two sites: o0 alone (1 of 4), once; layer 0's: x and y (1 of 2), once
+    assert sorted(built) == [("o0",), ("o0",), ("x", "y"), ("x", "y")]
+    # every adapter trains every LayerNorm (2 of 6 used): each mix's own
+    assert set(norms) == {("o0", "x"), ("o0", "y")}

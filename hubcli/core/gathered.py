@@ -19,11 +19,12 @@ segments). The up biases are added by one more product, with the rows' slots one
 the base, or of an adapter with nothing here, gets exactly y (zeros contribute +0) or the
 base LayerNorm's own output, so it stays bit-identical to the base.
 
-A stack's slots are the route's `numbering` (every adapter loaded, in name order), so one
-stack serves batches mixing any of them: a site stacks all the adapters it has, unless a
-batch uses fewer than half of them (`stacks_all`), when it stacks the batch's own rather
-than more than double their arithmetic. Stacks are kept until a weight changes; they are
-for inference only (the caller checks `torch.is_grad_enabled()`).
+A stack's slots are the route's `numbering` (every adapter loaded, in name order, up to
+`NUMBERED` of them), so one stack serves batches mixing any of them: a site stacks all the
+adapters it has, unless a batch uses fewer than half of them (`stacks_all`), when it stacks
+the batch's own rather than more than double their arithmetic (and the checks that a kept
+stack still holds, made every pass). Stacks are kept until a weight changes or the model's
+adapters do; they are for inference only (the caller checks `torch.is_grad_enabled()`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ from torch import nn
 from hubcli.core.routing import Route
 
 T = TypeVar("T")
+
+# The most adapters a model numbers in its gathered routes; with more, a route numbers only
+# its batch's. Every pass pays for the numbering's size: the rows' slots are looked up in it,
+# and the up biases are taken by a product with the slots one-hot, one column per adapter.
+NUMBERED = 64
 
 
 class Parts(NamedTuple):
@@ -97,7 +103,8 @@ def _one_hot(slots: torch.Tensor, n: int, y: torch.Tensor, dtype: torch.dtype
 
 
 class LayerNorms(NamedTuple):
-    """One LayerNorm's affine parameters per slot: the base's, plus each adapter's deltas."""
+    """One LayerNorm's affine parameters per slot: the base's, plus each stacked adapter's
+    deltas."""
 
     affine: torch.Tensor  # [slots, 2 d]: gamma, then beta
     plain: torch.Tensor   # [slots] bool: the base's own parameters (no deltas here)
@@ -106,8 +113,8 @@ class LayerNorms(NamedTuple):
     def __call__(self, x: torch.Tensor, base: nn.LayerNorm, route: Route, plain_rows: bool
                  ) -> torch.Tensor:
         """`base` on `x` with each row's slot's parameters; where some rows are of a plain slot
-        (`plain_rows`: the base's, or an adapter's without deltas here), they get the base
-        LayerNorm's own output."""
+        (`plain_rows`: the base's, or an adapter's without deltas here or not stacked), they
+        get the base LayerNorm's own output."""
         slots = route.slot_index(x)
         normed = F.layer_norm(x, base.normalized_shape, None, None, base.eps)
         affine = per_slot(self.affine, slots)  # one gather for both
@@ -123,14 +130,14 @@ class LayerNorms(NamedTuple):
 class StackCache:
     """What was stacked (or folded) from some adapters' weights, for the last few keys
     (`SIZE`: a server alternating a few mixes, a Parallel beside mixed batches): a site's
-    stacks per numbering (and per batch's adapters, `stacks_all`), a head kind's alike, a fusion's fold per set of
-    components. Each is kept while its weights stay (`_Kept.holds`): written in place (an
-    optimizer step, a load) a weight's version changes, moved (another device) its storage,
-    replaced (a Parameter or submodule assigned) its module's entry. A site clears its own
-    when it adds or removes an adapter, the model its heads' when it removes one with a
-    head. Listing the weights walks the
-    modules, which costs more than a gathered site's kernels take to launch, so it is done
-    on a rebuild only."""
+    stacks per numbering (and per batch's adapters, `stacks_all`), a head kind's alike, a
+    fusion's fold per set of components. Each is kept while its weights stay
+    (`_Kept.holds`): written in place (an optimizer step, a load) a weight's version
+    changes, moved (another device) its storage, replaced (a Parameter or submodule
+    assigned) its module's entry. A site clears its own when it adds or removes an adapter,
+    the model every site's and head kind's when its adapters change (a new numbering). Listing
+    the weights walks the modules, which costs more than a gathered site's kernels take to
+    launch, so it is done on a rebuild only."""
 
     SIZE = 4
 
@@ -247,14 +254,14 @@ def bottlenecks(numbering: tuple[str, ...], names: Iterable[str],
                        tuple((k, p.down.shape[0]) for k, p in present))
 
 
-def layernorms(numbering: tuple[str, ...], base: nn.LayerNorm, deltas: dict[str, nn.Module]
-               ) -> LayerNorms:
-    """The base LayerNorm's parameters per slot, with the deltas of `numbering`'s adapters
-    that have some here (slot k + 1 for numbering[k]; slot 0, the base's). Every row reads
-    one slot's, so the slots a batch leaves unused cost nothing but their memory."""
+def layernorms(numbering: tuple[str, ...], names: Iterable[str], base: nn.LayerNorm,
+               deltas: dict[str, nn.Module]) -> LayerNorms:
+    """The base LayerNorm's parameters per slot (slot k + 1 for numbering[k]; slot 0, the
+    base's), with the deltas of `names` that have some here; other slots plain."""
     weights, biases, plain = [base.weight], [base.bias], [True]
+    stacked = set(names)
     for n in numbering:
-        delta = deltas[n] if n in deltas else None
+        delta = deltas[n] if n in deltas and n in stacked else None
         weights.append(base.weight if delta is None else base.weight + delta.weight_delta)
         biases.append(base.bias if delta is None else base.bias + delta.bias_delta)
         plain.append(delta is None)

@@ -136,7 +136,7 @@ def stack_heads(heads: list[nn.Module]) -> HeadStack:
 
 def routed_heads(heads: dict[str, nn.Module], segments: list[tuple[str, int, int]],
                  hidden: torch.Tensor, mask: torch.Tensor, stacks: dict,
-                 route: Route | None = None, to: torch.device | str | None = None
+                 to: torch.device | str | None = None, *, route: Route | None = None
                  ) -> dict[str, torch.Tensor]:
     """Each segment's rows (name, first, end) through that adapter's head: {name: its rows'
     outputs}, moved `to` (in one copy per head, or per stack). Where `route` (the rows'
@@ -170,7 +170,8 @@ def _kind_stack(heads: dict[str, nn.Module], kind: tuple, names: tuple[str, ...]
                 route: Route, cache: StackCache) -> tuple[HeadStack, torch.Tensor]:
     """The heads of one `kind` for rows of `names` (that kind's), stacked as a gathered
     route's sites stack adapters: every head of the kind among its numbering (any mix of them
-    shares it), or only `names`' (`stacks_all`); with each slot's place in the stack."""
+    shares it), or only `names`' (`stacks_all`); with each slot's place in the stack. The
+    numbering is read through each pass (it is at most `gathered.NUMBERED` long)."""
     of_kind = tuple(n for n in route.numbering if n in heads and head_kind(heads[n]) == kind)
     chosen = of_kind if stacks_all(len(names), len(of_kind)) else names
     # the head modules in the key: one replaced under its name makes another key (held there,

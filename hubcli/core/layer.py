@@ -334,13 +334,27 @@ class AdapterLinear(nn.Module):
                            lambda n, s, e: self._run(n, x[s:e], y[s:e], slice(s, e)))
 
     def _stacked(self, route: Route, every: bool) -> gathered.Bottlenecks | None:
-        """The adapters here, `every` one or the route's own (one at least is here), stacked
-        in the slots of its numbering; None where they cannot share a stack."""
-        names = route.numbering if every else route.names
+        """The adapters here stacked in the slots of the route's numbering: `every` one, or
+        the route's own (one at least is here), as well where all of them cannot share a
+        stack (one reads past its Linear: the batches without it need not run by segments);
+        None where the route's cannot either."""
+        if every:
+            stack = self._stack_of(route, None)
+            if stack is not None:
+                return stack
+        return self._stack_of(route, tuple(n for n in route.names if n in self.adapters))
+
+    def _stack_of(self, route: Route, names: tuple[str, ...] | None
+                  ) -> gathered.Bottlenecks | None:
+        """`names`' adapters (None: all numbered here) stacked, kept per numbering."""
+        def chosen() -> list[str]:  # on a rebuild only: the numbering may be long
+            return [n for n in (route.numbering if names is None else names)
+                    if n in self.adapters]
+
         return self._stack.get(
-            (route.numbering, None if every else names),
-            lambda: [m for n in names if n in self.adapters for m in self.adapters[n].modules()],
-            lambda: gathered.bottlenecks(route.numbering, names, self.adapters))
+            (route.numbering, names),
+            lambda: [m for n in chosen() for m in self.adapters[n].modules()],
+            lambda: gathered.bottlenecks(route.numbering, chosen(), self.adapters))
 
 
 class LayerNormDelta(nn.Module):
@@ -385,18 +399,24 @@ class DeltaLayerNorm(nn.Module):
             with_deltas = self.deltas.count_of(route.keys)
             if not with_deltas:
                 return self.base_layer(x)
-            return self._stacked(route.numbering)(
-                x, self.base_layer, route, route.has_base or with_deltas < len(route.names))
+            stack = self._stacked(route, gathered.stacks_all(with_deltas, len(self.deltas)))
+            return stack(x, self.base_layer, route,
+                         route.has_base or with_deltas < len(route.names))
         return route.apply(self.base_layer(x), self.deltas.__contains__,
                            lambda n, s, e: self.as_adapter(x[s:e], n))
 
-    def _stacked(self, numbering: tuple[str, ...]) -> gathered.LayerNorms:
-        """This LayerNorm's parameters per slot of `numbering` (one at least has deltas
-        here)."""
+    def _stacked(self, route: Route, every: bool) -> gathered.LayerNorms:
+        """This LayerNorm's parameters per slot of the route's numbering, with the deltas of
+        `every` adapter here or of the route's own (one at least has some here)."""
+        names = None if every else tuple(n for n in route.names if n in self.deltas)
+
+        def chosen() -> list[str]:  # on a rebuild only: the numbering may be long
+            return [n for n in (route.numbering if names is None else names) if n in self.deltas]
+
         return self._stack.get(
-            numbering, lambda: [self.base_layer, *(self.deltas[n] for n in numbering
-                                                   if n in self.deltas)],
-            lambda: gathered.layernorms(numbering, self.base_layer, self.deltas))
+            (route.numbering, names),
+            lambda: [self.base_layer, *(self.deltas[n] for n in chosen())],
+            lambda: gathered.layernorms(route.numbering, chosen(), self.base_layer, self.deltas))
 
     def as_adapter(self, x: torch.Tensor, name: str | None) -> torch.Tensor:
         """This LayerNorm with `name`'s deltas, or the base's where it has none."""

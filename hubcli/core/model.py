@@ -79,6 +79,7 @@ class AdapterModel(RoutedPasses, nn.Module):
             site.routes = self.routes
         self.heads = AdapterTable()
         self._stacks: dict = {}  # routed heads stacked per kind, when gathering (routed_heads)
+        self._routable: tuple[str, ...] | None = None  # `routable()`, until adapters change
         self.infos: dict[str, AdapterInfo] = {}
         # names for compositions of loaded adapters (a fusion or stack attached from a
         # manifest with `requires`): `activate(name)` routes through the block
@@ -118,6 +119,7 @@ class AdapterModel(RoutedPasses, nn.Module):
             self.heads[name] = build_head(self.hidden_size, head).to(device=ref.device).train(
                 self.training)
         self.infos[name] = AdapterInfo(config, head)
+        self._renumber()
 
     def add_fusion(self, block: Fuse, head: HeadConfig | None, *,
                    sites: Iterable[tuple[int, str]] | None = None,
@@ -206,6 +208,7 @@ class AdapterModel(RoutedPasses, nn.Module):
         for fusion in fusions_in(block):
             self._require(fusion.name)
         self.compositions[name] = block
+        self._renumber()
 
     def remove_adapter(self, name: str) -> None:
         """Remove adapter `name` (for a composed adapter: its own parameters, not its
@@ -223,11 +226,19 @@ class AdapterModel(RoutedPasses, nn.Module):
             site.remove(name)
         if name in self.heads:
             del self.heads[name]
-            for cache in self._stacks.values():  # stacks holding its head's weights go too
-                cache.clear()
         del self.infos[name]
+        self._renumber()  # stacks holding its weights go too
         if self.active == name:
             self.active = None
+
+    def _renumber(self) -> None:
+        """The adapters changed: gathered routes number them anew (`routable`), so every
+        stack kept in the old numbering goes (no route would read it again)."""
+        self._routable = None
+        for site in [*self.adapter_sites.values(), *self.layernorm_sites.values()]:
+            site._stack.clear()
+        for cache in self._stacks.values():
+            cache.clear()
 
     def activate(self, block: Block) -> None:
         """Route the forward pass through adapter `block` (its adapters, deltas and head), or a

@@ -15,6 +15,7 @@ from typing import Iterable, Iterator
 
 import torch
 
+from hubcli.core import gathered
 from hubcli.core.bert import CompactBert
 from hubcli.core.composition import Fuse, Parallel
 from hubcli.core.config import PLACEMENTS
@@ -27,7 +28,7 @@ from hubcli.format.spec import EXTRA_LAYERNORMS
 class RoutedPasses:
     """Routed and Parallel passes over an `AdapterModel`: they read its `encoder`,
     `num_layers`, `adapter_sites`, `layernorm_sites`, `routes` (the holder its sites read),
-    `heads` (and their stacks, `_stacks`),
+    `heads` (and their stacks, `_stacks`), `_routable` (`routable`, kept),
     `infos`, `compositions` and `gather`, and call its `_require` and `encode`."""
 
     @contextmanager
@@ -52,7 +53,8 @@ class RoutedPasses:
         ref = self.encoder.get_input_embeddings().weight
         lengths = None if attention_mask is None else attention_mask.sum(1).tolist()
         gather = self.gathers()
-        route = Route.of(per_row, ref.device, lengths, gather, routable if gather else None)
+        numbered = gather and len(routable) <= gathered.NUMBERED  # else the batch's own
+        route = Route.of(per_row, ref.device, lengths, gather, routable if numbered else None)
         self.routes.route = route  # what every site reads
         try:
             yield route
@@ -61,9 +63,13 @@ class RoutedPasses:
 
     def routable(self) -> tuple[str, ...]:
         """The adapters rows can be routed to (every one loaded but fusions and stacks), in
-        name order: a gathered route numbers them all, so that its stacks serve any mix."""
-        return tuple(sorted(n for n, info in self.infos.items()
-                            if not isinstance(info.config, Fuse) and n not in self.compositions))
+        name order: a gathered route numbers them all (up to `gathered.NUMBERED`), so that
+        its stacks serve any mix. Kept until the model's adapters change (`_renumber`)."""
+        if self._routable is None:
+            self._routable = tuple(sorted(
+                n for n, info in self.infos.items()
+                if not isinstance(info.config, Fuse) and n not in self.compositions))
+        return self._routable
 
     def gathers(self) -> bool:
         """Whether routed passes gather (`self.gather`; by default, off the CPU)."""
@@ -115,7 +121,7 @@ class RoutedPasses:
                                               split).padded()
             out.update(routed_heads(self.heads, [(n, j * b, (j + 1) * b) for j, n in
                                                  enumerate(group)], hidden, mask,
-                                    self._stacks, route, logits_to))
+                                    self._stacks, logits_to, route=route))
         return out
 
     def first_layer_acting(self, names: Iterable[str]) -> int | None:
@@ -149,7 +155,7 @@ class RoutedPasses:
                                  None if token_type_ids is None else route.sort(token_type_ids))
         logits: list[torch.Tensor | None] = [None] * len(per_row)
         outs = routed_heads(self.heads, [g for g in route.segments if g[0] in self.heads],
-                            hidden, mask, self._stacks, route, logits_to)
+                            hidden, mask, self._stacks, logits_to, route=route)
         for name, out in outs.items():
             for r, row in zip(route.rows_of(name)[2], out.unbind(0)):
                 logits[r] = row

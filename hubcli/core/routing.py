@@ -14,12 +14,12 @@ lengths, the route maps its segments onto those ranges wherever a site sees 2-D 
 That is the least arithmetic, and what a CPU wants. A GPU wants the fewest kernel launches:
 at a batch this size a pass there is bound by them, and the segmented form launches each
 site's kernels once per adapter. A route made with `gather` carries each row's slot (its
-adapter's place in `names`, 0 for the base) instead, and a site runs every adapter at once
-over their stacked weights, keeping each row's own (`gathered.py`): a constant number of
-launches, whatever the number of adapters, for some wasted arithmetic. Its slots number the
-adapters of `numbering`, all those loaded, not only the batch's: batches mixing different
-ones then find the same stacks at every site (numbering only a batch's own, each new mix of a
-server's traffic would rebuild them all).
+adapter's place in `numbering`, 0 for the base) instead, and a site runs every adapter at
+once over their stacked weights, keeping each row's own (`gathered.py`): a constant number of
+launches, whatever the number of adapters, for some wasted arithmetic. The model numbers all
+the adapters loaded, not only the batch's (up to `gathered.NUMBERED` of them): batches mixing
+different ones then find the same stacks at every site, where numbering only a batch's own,
+each new mix of a server's traffic would rebuild them all.
 
 `BASE` rows, and rows whose adapter has nothing at a site, keep exactly what the frozen base
 computed there, so they stay bit-identical to the base.
