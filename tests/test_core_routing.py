@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from hubcli.core.config import HoulsbyConfig
+from hubcli.core.config import HoulsbyConfig, LoraConfig
 from hubcli.core.heads import HeadConfig
 from hubcli.core.model import AdapterModel
 from hubcli.core.routing import BASE, Route
@@ -605,3 +605,26 @@ def test_a_batch_using_few_of_a_sites_adapters_stacks_only_its_own(base, monkeyp
     assert sorted(built) == [("o0",), ("o0",), ("x", "y"), ("x", "y")]
     # every adapter trains every LayerNorm (2 of 6 used): each mix's own
     assert set(norms) == {("o0", "x"), ("o0", "y")}
+
+
+def test_base_rows_of_random_mixes_equal_the_base_on_the_batch_in_the_routes_order(model, base):
+    """What routing guarantees a `__base__` row, whatever the mix: exactly the untouched
+    base's output for the same batch in the route's row order."""
+    import random
+
+    model.add_adapter("h", HoulsbyConfig(bottleneck=4, init_scale=0.3), SEQ)
+    model.add_adapter("f", LoraConfig(rank=2, layers=(1,), placement=("value",)), SEQ)
+    _randomise(model, "f", seed=5)
+    rng = random.Random(0)
+    with torch.inference_mode():
+        for _ in range(40):
+            texts = rng.sample(TEXTS, rng.randint(2, 6))
+            per_row = [rng.choice(["f", "h", BASE]) for _ in texts]
+            batch = encode(base.tokenizer, texts)
+            route = Route.of(per_row)
+            model.deactivate()
+            reference = route.unsort(model.encode(**{k: route.sort(v) for k, v in batch.items()}))
+            hidden, _ = model.forward_routed(**batch, per_row=per_row)
+            for i, name in enumerate(per_row):
+                if name == BASE:
+                    assert torch.equal(hidden[i], reference[i]), (texts, per_row, i)

@@ -22,7 +22,10 @@ different ones then find the same stacks at every site, where numbering only a b
 each new mix of a server's traffic would rebuild them all.
 
 `BASE` rows, and rows whose adapter has nothing at a site, keep exactly what the frozen base
-computed there, so they stay bit-identical to the base.
+computed there, so they stay bit-identical to the base on the batch in the route's order. (In
+the caller's order a row may sit elsewhere in the batch, and a CPU's matrix products are not
+always bit for bit the same for a row at another place: 1-3 units in the last place, on a few
+rows in a hundred mixes.)
 
 The sites of a model read the route from one holder the model sets once per pass (`Routes`),
 per thread, so two threads can run routed passes over one model at once, each with its own
