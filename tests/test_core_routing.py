@@ -224,8 +224,6 @@ def test_routing_to_an_unknown_adapter_is_refused(model, base):
 
 
 def test_mixed_batch_of_both_methods_matches_each_row_alone(model, base, monkeypatch):
-    from hubcli.core.config import LoraConfig
-
     houlsby = add_houlsby_set(model)[:4]
     lora = []
     for k, config in enumerate([LoraConfig(rank=8), LoraConfig(rank=4, alpha=4),
