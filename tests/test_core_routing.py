@@ -626,3 +626,26 @@ def test_base_rows_of_random_mixes_equal_the_base_on_the_batch_in_the_routes_ord
             for i, name in enumerate(per_row):
                 if name == BASE:
                     assert torch.equal(hidden[i], reference[i]), (texts, per_row, i)
+
+
+def test_a_gathered_parallel_stacks_only_its_blocks_adapters(base, monkeypatch):
+    """A Parallel block runs again as it is: its copies are numbered by its own adapters, so
+    no site stacks (and multiplies by) the others loaded, as a server's mixed batch would."""
+    from hubcli.core import gathered
+    from hubcli.core.composition import Parallel
+
+    model = AdapterModel(base.encoder)
+    model.gather = True
+    model.eval()
+    for k in range(4):
+        model.add_adapter(f"n{k}", HoulsbyConfig(bottleneck=2, init_scale=0.3), SEQ)
+    built = []
+    real = gathered.bottlenecks
+    monkeypatch.setattr(gathered, "bottlenecks",
+                        lambda *a: built.append(tuple(n for n in a[1] if n in a[2])) or real(*a))
+    batch = encode(base.tokenizer, TEXTS[:2])
+    with torch.inference_mode():
+        out = model.forward_parallel(**batch, block=Parallel("n3", "n1"))
+        model.activate("n3")
+        assert torch.allclose(out["n3"], model(**batch), atol=1e-5, rtol=0)
+    assert built and set(built) == {("n1", "n3")}

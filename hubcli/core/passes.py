@@ -32,13 +32,15 @@ class RoutedPasses:
     `infos`, `compositions` and `gather`, and call its `_require` and `encode`."""
 
     @contextmanager
-    def routing(self, per_row: list[str | None], attention_mask: torch.Tensor | None = None
-                ) -> Iterator[Route]:
+    def routing(self, per_row: list[str | None], attention_mask: torch.Tensor | None = None,
+                shared: bool = True) -> Iterator[Route]:
         """Within the block, every site routes row i of the batch to adapter `per_row[i]`
         (`BASE` or None: the untouched base), whatever is active. The batch must be in the
         route's order: `route.sort` it before the encoder and `route.unsort` what comes out.
         `attention_mask` (the caller's order) lets the route follow an encoder that packs
-        the real tokens.
+        the real tokens. Gathered, the route numbers every adapter loaded (`shared`: stacks
+        any mix of them shares, for a server's traffic), or only the batch's (a Parallel
+        block, which runs again as it is: no more arithmetic than its own).
 
         Raises:
             AdapterError: a name that is not loaded, or a fusion.
@@ -53,7 +55,7 @@ class RoutedPasses:
         ref = self.encoder.get_input_embeddings().weight
         lengths = None if attention_mask is None else attention_mask.sum(1).tolist()
         gather = self.gathers()
-        numbered = gather and len(routable) <= gathered.NUMBERED  # else the batch's own
+        numbered = gather and shared and len(routable) <= gathered.NUMBERED
         route = Route.of(per_row, ref.device, lengths, gather, routable if numbered else None)
         self.routes.route = route  # what every site reads
         try:
@@ -112,7 +114,8 @@ class RoutedPasses:
         for group in [sorted(names)] if batched else [[n] for n in names]:
             k = len(group)
             mask = attention_mask.repeat(k, 1)
-            with self.routing([n for n in group for _ in range(b)], mask) as route:
+            with self.routing([n for n in group for _ in range(b)], mask,
+                              shared=False) as route:
                 if shared is None:
                     types = None if token_type_ids is None else token_type_ids.repeat(k, 1)
                     hidden = self.encode(input_ids.repeat(k, 1), mask, types)
