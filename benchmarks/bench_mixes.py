@@ -45,7 +45,7 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    base, model, names, _fuse = build(args.adapters, [], args.host_bound)
+    base, model, names, _fuse = build(args.adapters, args.host_bound)
     model.to(args.device)
     model.gather = True
     texts = sentences(args.batch)
