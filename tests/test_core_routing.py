@@ -9,6 +9,7 @@ import torch
 
 from hubcli.core.config import HoulsbyConfig, LoraConfig
 from hubcli.core.heads import HeadConfig
+from hubcli.core.composition import Stack
 from hubcli.core.model import AdapterModel
 from hubcli.core.routing import BASE, Route
 from hubcli.errors import AdapterError
@@ -575,9 +576,10 @@ def test_adding_or_removing_an_adapter_drops_every_kept_stack(base):
 
 
 def test_a_batch_using_few_of_a_sites_adapters_stacks_only_its_own(base, monkeypatch):
-    """Few of many used (fewer than half), a site stacks the batch's adapters only, keyed by
-    those it has: bottlenecks and LayerNorm deltas alike, so mixes that differ only where a
-    site has nothing (x, y: layer 0) share its stack. Half or more, it stacks all it has."""
+    """Few of many used (fewer than half), a bottleneck site stacks the batch's adapters only,
+    keyed by those it has, so mixes that differ only where a site has nothing (x, y: layer
+    0) share its stack; half or more, it stacks all it has. A LayerNorm site's table serves
+    every mix: built once, whatever the mixes."""
     from hubcli.core import gathered
 
     model = AdapterModel(base.encoder)
@@ -593,16 +595,17 @@ def test_a_batch_using_few_of_a_sites_adapters_stacks_only_its_own(base, monkeyp
     monkeypatch.setattr(gathered, "bottlenecks",
                         lambda *a: built.append(tuple(n for n in a[1] if n in a[2]))
                         or real(*a))
-    monkeypatch.setattr(gathered, "layernorms", lambda *a: norms.append(tuple(a[1]))
-                        or real_norms(*a))
+    monkeypatch.setattr(gathered, "layernorms", lambda *a: norms.append(a) or real_norms(*a))
     batch = encode(base.tokenizer, TEXTS[:2])
     with torch.inference_mode():
-        for per_row in (["o0", "x"], ["o0", "y"]):
+        for per_row in (["o0", "x"], ["o0", "y"], ["o1", "x"], ["o2", "o3"]):
             model.forward_routed(**batch, per_row=per_row)
-    # layer 1's two sites: o0 alone (1 of 4), once; layer 0's: x and y (1 of 2), once
-    assert sorted(built) == [("o0",), ("o0",), ("x", "y"), ("x", "y")]
-    # every adapter trains every LayerNorm (2 of 6 used): each mix's own
-    assert set(norms) == {("o0", "x"), ("o0", "y")}
+    # layer 1's two sites: o0's, o1's (1 of 4), all four (2 of 4), once each; layer 0's: x
+    # and y (1 of 2), once
+    assert sorted(built) == sorted([("o0",), ("o1",), ("o0", "o1", "o2", "o3")] * 2
+                                   + [("x", "y")] * 2)
+    # every adapter trains every LayerNorm: one table per site
+    assert len(norms) == sum(1 for s in model.layernorm_sites.values() if s.deltas)
 
 
 def test_base_rows_of_random_mixes_equal_the_base_on_the_batch_in_the_routes_order(model, base):
@@ -649,3 +652,69 @@ def test_a_gathered_parallel_stacks_only_its_blocks_adapters(base, monkeypatch):
         model.activate("n3")
         assert torch.allclose(out["n3"], model(**batch), atol=1e-5, rtol=0)
     assert built and set(built) == {("n1", "n3")}
+
+
+def test_routing_follows_tables_edited_behind_the_models_back(base):
+    """The routable adapters are kept between passes; a composition dropped from the model's
+    table directly (as a test of fusion does) must not leave its name refused."""
+    model = AdapterModel(base.encoder)
+    model.eval()
+    model.add_adapter("s", HoulsbyConfig(bottleneck=2), SEQ)
+    model.name_composition("s", Stack("s"))
+    with pytest.raises(AdapterError, match="fusion or stack"):
+        with model.routing(["s"]):
+            pass
+    model.compositions.clear()
+    for model.gather in (False, True):
+        with model.routing(["s", BASE]) as route:
+            assert route.names == ("s",)
+
+
+def test_removing_a_fusion_leaves_the_kept_stacks_of_routing(base):
+    """A fusion is not routed to: removing it renumbers nothing, and no site (nor head kind)
+    drops the stacks a server's mixes keep reading."""
+    from hubcli.core.composition import Fuse
+
+    model = AdapterModel(base.encoder)
+    model.gather = True
+    model.eval()
+    for k in range(3):
+        model.add_adapter(f"n{k}", HoulsbyConfig(bottleneck=2), SEQ)
+    fusion = model.add_fusion(Fuse("n0", "n1"), SEQ)
+    batch = encode(base.tokenizer, TEXTS[:3])
+    sites = [*model.adapter_sites.values(), *model.layernorm_sites.values()]
+    with torch.inference_mode():
+        model.forward_routed(**batch, per_row=["n0", "n1", "n2"])
+    kept = [list(s._stack.kept.values()) for s in sites]
+    heads = {k: list(c.kept.values()) for k, c in model._stacks.items()}
+    model.remove_adapter(fusion)
+    assert [list(s._stack.kept.values()) for s in sites] == kept and any(kept)
+    assert {k: list(c.kept.values()) for k, c in model._stacks.items()} == heads and heads
+
+
+def test_what_a_routed_pass_reads_does_not_grow_with_the_adapters_loaded(base, monkeypatch):
+    """The same batch of 2 adapters with 8, then 24 loaded (fewer than half either way: the
+    batch's own stacked): a pass asks each head's kind and checks each kept stack's weights
+    as often (the numbering is read through once, not per pass)."""
+    from hubcli.core import gathered, heads
+
+    counts = {"kind": 0, "checks": 0}
+    real_kind, real_holds = heads.head_kind, gathered._Kept.holds
+    monkeypatch.setattr(heads, "head_kind",
+                        lambda h: counts.__setitem__("kind", counts["kind"] + 1) or real_kind(h))
+    monkeypatch.setattr(gathered._Kept, "holds", lambda self: counts.__setitem__(
+        "checks", counts["checks"] + len(self.weights)) or real_holds(self))
+    batch = encode(base.tokenizer, TEXTS[:4])
+    seen = []
+    for loaded in (8, 24):
+        model = AdapterModel(copy.deepcopy(base.encoder))
+        model.gather = True
+        model.eval()
+        for k in range(loaded):
+            model.add_adapter(f"n{k:02d}", HoulsbyConfig(bottleneck=2, layernorm="frozen"), SEQ)
+        with torch.inference_mode():
+            model.forward_routed(**batch, per_row=["n00", "n01"] * 2)  # builds
+            counts.update(kind=0, checks=0)
+            model.forward_routed(**batch, per_row=["n00", "n01"] * 2)
+        seen.append(dict(counts))
+    assert seen[0] == seen[1] and seen[0]["kind"] > 0

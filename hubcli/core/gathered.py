@@ -20,11 +20,13 @@ the base, or of an adapter with nothing here, gets exactly y (zeros contribute +
 base LayerNorm's own output, so it stays bit-identical to the base.
 
 A stack's slots are the route's `numbering` (every adapter loaded, in name order, up to
-`NUMBERED` of them), so one stack serves batches mixing any of them: a site stacks all the
-adapters it has, unless a batch uses fewer than half of them (`stacks_all`), when it stacks
-the batch's own rather than more than double their arithmetic (and the checks that a kept
-stack still holds, made every pass). Stacks are kept until a weight changes or the model's
-adapters do; they are for inference only (the caller checks `torch.is_grad_enabled()`).
+`NUMBERED` of them), so one stack serves batches mixing any of them: a bottleneck site (and
+a head kind) stacks all the adapters it has, unless a batch uses fewer than half of them
+(`stacks_all`), when it stacks the batch's own rather than more than double their arithmetic
+(and the checks that a kept stack still holds, made every pass); a LayerNorm site, whose rows
+each read one slot's parameters, always all. Stacks are kept until a weight changes or the
+model's adapters do; they are for inference only (the caller checks
+`torch.is_grad_enabled()`).
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ from hubcli.core.routing import Route
 T = TypeVar("T")
 
 # The most adapters a model numbers in its gathered routes; with more, a route numbers only
-# its batch's. Every pass pays for the numbering's size: the rows' slots are looked up in it,
-# and the up biases are taken by a product with the slots one-hot, one column per adapter.
+# its batch's, and each new mix rebuilds the stacks. Every pass pays for the numbering's size:
+# the rows' slots are looked up in it, the up biases are taken by a product with the slots
+# one-hot (one column per adapter), and a LayerNorm site's kept table is checked whole.
 NUMBERED = 64
 
 
@@ -113,8 +116,8 @@ class LayerNorms(NamedTuple):
     def __call__(self, x: torch.Tensor, base: nn.LayerNorm, route: Route, plain_rows: bool
                  ) -> torch.Tensor:
         """`base` on `x` with each row's slot's parameters; where some rows are of a plain slot
-        (`plain_rows`: the base's, or an adapter's without deltas here or not stacked), they
-        get the base LayerNorm's own output."""
+        (`plain_rows`: the base's, or an adapter's without deltas here), they get the base
+        LayerNorm's own output."""
         slots = route.slot_index(x)
         normed = F.layer_norm(x, base.normalized_shape, None, None, base.eps)
         affine = per_slot(self.affine, slots)  # one gather for both
@@ -254,14 +257,13 @@ def bottlenecks(numbering: tuple[str, ...], names: Iterable[str],
                        tuple((k, p.down.shape[0]) for k, p in present))
 
 
-def layernorms(numbering: tuple[str, ...], names: Iterable[str], base: nn.LayerNorm,
-               deltas: dict[str, nn.Module]) -> LayerNorms:
+def layernorms(numbering: tuple[str, ...], base: nn.LayerNorm, deltas: dict[str, nn.Module]
+               ) -> LayerNorms:
     """The base LayerNorm's parameters per slot (slot k + 1 for numbering[k]; slot 0, the
-    base's), with the deltas of `names` that have some here; other slots plain."""
+    base's), with the deltas of those that have some here; other slots plain."""
     weights, biases, plain = [base.weight], [base.bias], [True]
-    stacked = set(names)
     for n in numbering:
-        delta = deltas[n] if n in deltas and n in stacked else None
+        delta = deltas[n] if n in deltas else None
         weights.append(base.weight if delta is None else base.weight + delta.weight_delta)
         biases.append(base.bias if delta is None else base.bias + delta.bias_delta)
         plain.append(delta is None)

@@ -155,8 +155,7 @@ def routed_heads(heads: dict[str, nn.Module], segments: list[tuple[str, int, int
             o = heads[n](hidden[s:e], mask[s:e])
             out[n] = o if to is None else o.to(to)
             continue
-        cache = stacks.get(kind) or stacks.setdefault(kind, StackCache())  # made once
-        stack, place = _kind_stack(heads, kind, tuple(n for n, _, _ in members), route, cache)
+        stack, place = _kind_stack(heads, kind, tuple(n for n, _, _ in members), route, stacks)
         lo, hi = min(s for _, s, _ in members), max(e for _, _, e in members)
         # rows of other heads in the span take some head's outputs, dropped below
         res = stack(hidden[lo:hi], mask[lo:hi], place.index_select(0, route.slots[lo:hi]))
@@ -166,13 +165,32 @@ def routed_heads(heads: dict[str, nn.Module], segments: list[tuple[str, int, int
     return out
 
 
+class KindStacks(StackCache):
+    """One head kind's kept stacks, with the heads of the last numbering seen that are of
+    the kind (`members`: the numbering, and those)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.members: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+
+    def clear(self) -> None:
+        super().clear()
+        self.members = ((), ())
+
+
 def _kind_stack(heads: dict[str, nn.Module], kind: tuple, names: tuple[str, ...],
-                route: Route, cache: StackCache) -> tuple[HeadStack, torch.Tensor]:
+                route: Route, stacks: dict) -> tuple[HeadStack, torch.Tensor]:
     """The heads of one `kind` for rows of `names` (that kind's), stacked as a gathered
     route's sites stack adapters: every head of the kind among its numbering (any mix of them
-    shares it), or only `names`' (`stacks_all`); with each slot's place in the stack. The
-    numbering is read through each pass (it is at most `gathered.NUMBERED` long)."""
-    of_kind = tuple(n for n in route.numbering if n in heads and head_kind(heads[n]) == kind)
+    shares it), or only `names`' (`stacks_all`); with each slot's place in the stack. Kept
+    in `stacks` under the kind (`KindStacks`), with which of the numbering's heads are of it:
+    the model's numbering is one tuple until its adapters change, read through once, not
+    every pass."""
+    cache = stacks.get(kind) or stacks.setdefault(kind, KindStacks())  # made once
+    numbering, of_kind = cache.members
+    if numbering is not route.numbering:
+        of_kind = tuple(n for n in route.numbering if n in heads and head_kind(heads[n]) == kind)
+        cache.members = (route.numbering, of_kind)
     chosen = of_kind if stacks_all(len(names), len(of_kind)) else names
     # the head modules in the key: one replaced under its name makes another key (held there,
     # no new module takes its id)

@@ -219,10 +219,11 @@ def build_adapter(config: AdapterConfig, base_layer: nn.Linear) -> nn.Module:
 
 
 class AdapterLinear(nn.Module):
-    """A frozen Linear followed by the active named adapter, if any; or, with a `route` set,
-    by each row's own adapter."""
+    """A frozen Linear followed by the active named adapter, if any; or, in a routed pass (a
+    route in `routes`), by each row's own adapter."""
 
-    # each thread's own, so concurrent passes stay apart: the sublayer's input (and the route)
+    # each thread's own, so concurrent passes stay apart: the sublayer's input (as the
+    # model's `routes` holds each thread's route)
     residual = PerThread()
 
     def __init__(self, base_layer: nn.Linear):
@@ -285,10 +286,11 @@ class AdapterLinear(nn.Module):
         return adapter(x, y, Sublayer(residual, partial(layer_norm.as_adapter, name=norm_as)))
 
     def remove(self, name: str) -> None:
-        for table in (self.adapters, self.fusions):
-            if name in table:
-                del table[name]
-        self._forget()
+        if name in self.adapters:  # what was stacked or folded from it goes with it
+            del self.adapters[name]
+            self._forget()
+        if name in self.fusions:
+            del self.fusions[name]
         if self.active == name:
             self.active = None
 
@@ -387,7 +389,7 @@ class DeltaLayerNorm(nn.Module):
     def remove(self, name: str) -> None:
         if name in self.deltas:
             del self.deltas[name]
-        self._stack.clear()
+            self._stack.clear()
         if self.active == name:
             self.active = None
 
@@ -399,24 +401,20 @@ class DeltaLayerNorm(nn.Module):
             with_deltas = self.deltas.count_of(route.keys)
             if not with_deltas:
                 return self.base_layer(x)
-            stack = self._stacked(route, gathered.stacks_all(with_deltas, len(self.deltas)))
-            return stack(x, self.base_layer, route,
-                         route.has_base or with_deltas < len(route.names))
+            return self._stacked(route.numbering)(
+                x, self.base_layer, route, route.has_base or with_deltas < len(route.names))
         return route.apply(self.base_layer(x), self.deltas.__contains__,
                            lambda n, s, e: self.as_adapter(x[s:e], n))
 
-    def _stacked(self, route: Route, every: bool) -> gathered.LayerNorms:
-        """This LayerNorm's parameters per slot of the route's numbering, with the deltas of
-        `every` adapter here or of the route's own (one at least has some here)."""
-        names = None if every else tuple(n for n in route.names if n in self.deltas)
-
-        def chosen() -> list[str]:  # on a rebuild only: the numbering may be long
-            return [n for n in (route.numbering if names is None else names) if n in self.deltas]
-
+    def _stacked(self, numbering: tuple[str, ...]) -> gathered.LayerNorms:
+        """This LayerNorm's parameters per slot of `numbering`: every adapter numbered, its
+        deltas (one at least has some here). A row reads its own slot's, so unlike a
+        bottleneck's a table of all costs a pass no more arithmetic than one of the batch's,
+        and any mix of them shares it."""
         return self._stack.get(
-            (route.numbering, names),
-            lambda: [self.base_layer, *(self.deltas[n] for n in chosen())],
-            lambda: gathered.layernorms(route.numbering, chosen(), self.base_layer, self.deltas))
+            numbering, lambda: [self.base_layer, *(self.deltas[n] for n in numbering
+                                                   if n in self.deltas)],
+            lambda: gathered.layernorms(numbering, self.base_layer, self.deltas))
 
     def as_adapter(self, x: torch.Tensor, name: str | None) -> torch.Tensor:
         """This LayerNorm with `name`'s deltas, or the base's where it has none."""

@@ -222,23 +222,25 @@ class AdapterModel(RoutedPasses, nn.Module):
         if isinstance(block, Fuse) and name not in self.infos:
             name = block.name
         self._require(name)
+        renumbered = block is not None or name in self.routable()
         for site in [*self.adapter_sites.values(), *self.layernorm_sites.values()]:
             site.remove(name)
         if name in self.heads:
             del self.heads[name]
         del self.infos[name]
-        self._renumber()  # stacks holding its weights go too
+        if renumbered:  # else the sites that had it forgot their stacks: none holds it
+            self._renumber()
         if self.active == name:
             self.active = None
 
     def _renumber(self) -> None:
-        """The adapters changed: gathered routes number them anew (`routable`), so every
-        stack kept in the old numbering goes (no route would read it again)."""
+        """The routable adapters changed: gathered routes number them anew (`routable`), so
+        every kept stack goes (those in the old numbering no route would read again, and
+        they hold a removed adapter's weights)."""
         self._routable = None
         for site in [*self.adapter_sites.values(), *self.layernorm_sites.values()]:
             site._stack.clear()
-        for cache in self._stacks.values():
-            cache.clear()
+        self._stacks.clear()
 
     def activate(self, block: Block) -> None:
         """Route the forward pass through adapter `block` (its adapters, deltas and head), or a

@@ -39,24 +39,24 @@ class RoutedPasses:
         route's order: `route.sort` it before the encoder and `route.unsort` what comes out.
         `attention_mask` (the caller's order) lets the route follow an encoder that packs
         the real tokens. Gathered, the route numbers every adapter loaded (`shared`: stacks
-        any mix of them shares, for a server's traffic), or only the batch's (a Parallel
-        block, which runs again as it is: no more arithmetic than its own).
+        any mix of them shares, for a server's traffic; up to `gathered.NUMBERED` of them),
+        or only the batch's (a Parallel block, which runs again as it is: no more arithmetic
+        than its own).
 
         Raises:
             AdapterError: a name that is not loaded, or a fusion.
         """
-        routable = self.routable()
-        for n in dict.fromkeys(per_row):  # each name once: a batch repeats them
-            if n not in (None, BASE):
-                self._require(n)
-                if n not in routable:
-                    raise AdapterError(f"{n} is a fusion or stack; rows are routed to single "
-                                       "adapters", hint="activate() it instead")
+        names = {n for n in per_row if n not in (None, BASE)}
+        for n in names:
+            self._require(n)
+            if isinstance(self.infos[n].config, Fuse) or n in self.compositions:
+                raise AdapterError(f"{n} is a fusion or stack; rows are routed to single "
+                                   "adapters", hint="activate() it instead")
         ref = self.encoder.get_input_embeddings().weight
         lengths = None if attention_mask is None else attention_mask.sum(1).tolist()
         gather = self.gathers()
-        numbered = gather and shared and len(routable) <= gathered.NUMBERED
-        route = Route.of(per_row, ref.device, lengths, gather, routable if numbered else None)
+        numbering = self.numbering(names) if gather and shared else None
+        route = Route.of(per_row, ref.device, lengths, gather, numbering)
         self.routes.route = route  # what every site reads
         try:
             yield route
@@ -65,13 +65,21 @@ class RoutedPasses:
 
     def routable(self) -> tuple[str, ...]:
         """The adapters rows can be routed to (every one loaded but fusions and stacks), in
-        name order: a gathered route numbers them all (up to `gathered.NUMBERED`), so that
-        its stacks serve any mix. Kept until the model's adapters change (`_renumber`)."""
+        name order. Kept until the model's adapters change (`_renumber`)."""
         if self._routable is None:
             self._routable = tuple(sorted(
                 n for n, info in self.infos.items()
                 if not isinstance(info.config, Fuse) and n not in self.compositions))
         return self._routable
+
+    def numbering(self, names: set[str]) -> tuple[str, ...] | None:
+        """What a gathered route for a batch of `names` numbers, so that its stacks serve any
+        mix: every routable adapter, or None (the batch's own) past `gathered.NUMBERED`."""
+        routable = self.routable()
+        if not names.issubset(routable):  # the tables were edited behind the model's back
+            self._renumber()
+            routable = self.routable()
+        return routable if len(routable) <= gathered.NUMBERED else None
 
     def gathers(self) -> bool:
         """Whether routed passes gather (`self.gather`; by default, off the CPU)."""

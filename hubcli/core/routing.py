@@ -18,8 +18,8 @@ adapter's place in `numbering`, 0 for the base) instead, and a site runs every a
 once over their stacked weights, keeping each row's own (`gathered.py`): a constant number of
 launches, whatever the number of adapters, for some wasted arithmetic. The model numbers all
 the adapters loaded, not only the batch's (up to `gathered.NUMBERED` of them): batches mixing
-different ones then find the same stacks at every site, where numbering only a batch's own,
-each new mix of a server's traffic would rebuild them all.
+different ones then find the same stacks at every site they use most of the adapters of,
+where numbering only a batch's own, each new mix of a server's traffic would rebuild them all.
 
 `BASE` rows, and rows whose adapter has nothing at a site, keep exactly what the frozen base
 computed there, so they stay bit-identical to the base on the batch in the route's order. (In
@@ -201,7 +201,8 @@ class Routes(threading.local):
 
 class PerThread:
     """A class attribute whose value each thread sets and reads on its own, per instance
-    (None until set): what a site's `route` is, so concurrent passes never see each other's.
+    (None until set): the sublayer input a site keeps, so concurrent passes never see each
+    other's.
     Values live beside the instances, not in them, so a deep copy starts with none."""
 
     def __init__(self) -> None:
