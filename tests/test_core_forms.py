@@ -16,7 +16,6 @@ from hubcli.core.composition import Fuse, Stack
 from hubcli.core.config import HoulsbyConfig, LoraConfig
 from hubcli.core.model import AdapterModel
 from hubcli.core.routing import BASE
-from hubcli.errors import AdapterError
 
 FORMS = [("normed", "output"), ("normed", "normed"), ("normed", "sum"), ("input", "output")]
 
