@@ -104,12 +104,16 @@ class AdapterHub:
         every text; with `compose=Stack(...)`, the stack (its top adapter's head).
 
         Raises:
-            AdapterError: no such adapter, none active, or the list's length differs from
-                the texts'.
+            AdapterError: no such adapter, none active, the list's length differs from the
+                texts', or both `adapter` and `compose` given.
         """
         from hubcli.errors import AdapterError
         from hubcli.local.inference import Predictor, run_parallel, run_routed
 
+        if adapter is not None and compose is not None:
+            raise AdapterError("adapter= and compose= both given",
+                               hint="pass one: adapter= for the texts' adapters, compose= for "
+                                    "a block every text goes through")
         if isinstance(compose, Parallel):
             groups = [self._group(n, texts, range(j * len(texts), (j + 1) * len(texts)))
                       for j, n in enumerate(compose.children)]
@@ -172,21 +176,45 @@ def predict_each(folders: list[Path], texts: list[str], *, base: str | None = No
     The base is `base`, else the one the first adapter was trained on, on `device`.
 
     Raises:
-        SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError,
-        OptionError (`device`).
+        SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError (also a
+        folder given twice, or two adapters of one name), OptionError (`device`).
     """
+    from hubcli.errors import AdapterError
     from hubcli.local.attach import base_for, verify_adapter
     from hubcli.local.device import resolve
 
     device = resolve(device)  # a device this machine lacks: refused before anything is read
     # every adapter is verified before the base loads, and only once
     bundles = [verify_adapter(Path(f), allow_unsigned=allow_unsigned, notify=notify)
-               for f in folders]
+               for f in _each_once(folders)]
+    seen: dict[str, Path] = {}
+    for folder, bundle in zip(folders, bundles):
+        if (name := bundle.manifest["name"]) in seen:
+            raise AdapterError(f"{seen[name]} and {folder} are both adapter {name!r}",
+                               hint="an adapter's name is its folder's when trained; train "
+                                    "one again with --name, or copy it to another folder")
+        seen[name] = Path(folder)
     hub = AdapterHub(base_for(bundles[0].manifest, base), device=device, notify=notify)
     names = [hub.add(b, allow_base_mismatch=allow_base_mismatch) for b in bundles]
     preds = hub.predict(texts, compose=Parallel(*names)) if len(names) > 1 else [
         {names[0]: p} for p in hub.predict(texts, adapter=names[0])]
     return hub, names, preds
+
+
+def _each_once(folders: list[Path]) -> list[Path]:
+    """`folders`, refused if one is given twice (under any spelling of its path).
+
+    Raises:
+        AdapterError: a folder given twice.
+    """
+    from hubcli.errors import AdapterError
+
+    seen: dict[Path, Path] = {}
+    for folder in folders:
+        if (real := Path(folder).resolve()) in seen:
+            raise AdapterError(f"{folder} is given twice", hint="give each adapter once")
+        seen[real] = Path(folder)
+    return folders
 
 
 def load_onnx_predictor(path: str | Path, *, base: str | None = None,

@@ -87,6 +87,17 @@ def test_predict_with_parallel_equals_each_adapter_separately(three_adapters, ti
     assert all(len(row["__base__"]["embedding"]) == 32 for row in routed)
     twice = hub.predict(texts, compose=Parallel("sst", "sst"))
     assert all(close(row["sst"], s) for row, s in zip(twice, hub.predict(texts, adapter="sst")))
+    with pytest.raises(AdapterError, match="adapter= and compose= both given"):
+        hub.predict(texts, adapter="ner", compose=Parallel("sst", "lora"))
+
+
+def test_loading_a_folder_that_is_not_there_says_so(tiny_base_dir, tmp_path):
+    hub = AdapterHub(str(tiny_base_dir))
+    with pytest.raises(AdapterError, match="nope: no such adapter folder") as missing:
+        hub.load(tmp_path / "nope")
+    assert "hub train --out" in missing.value.hint
+    with pytest.raises(AdapterError, match="manifest.json: no manifest.json here"):
+        hub.load(tmp_path)  # a folder, but no adapter's
 
 
 def test_parallel_over_adapters_that_tokenize_differently_routes_their_rows(three_adapters,

@@ -4,6 +4,7 @@ lines (a bounded prefix is tokenised, the echo is capped, a warning names the in
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -77,3 +78,21 @@ def test_a_very_long_line_is_cut_with_a_warning_and_a_capped_echo(folder):
     assert len(out["text"]) == MAX_ECHO_CHARS and out["text"].endswith("…")
     short = run("predict", folder, "--json", input=line[:5000] + "\n")
     assert json.loads(short.stdout)["score"] == out["score"]  # the same first 32 tokens
+
+
+def test_several_adapters_each_given_once_and_no_folder_read_as_a_text(folder, tmp_path):
+    """With -a every argument is a text: a folder there is refused, not predicted on; a folder
+    given twice (any spelling), or two adapters of one name, are refused with what to do."""
+    as_text = run("predict", folder, "-a", folder, "a gripping film")
+    assert as_text.exit_code != 0
+    assert f"error: {folder} is an adapter folder, and with --adapter/-a every argument is " \
+           "a text" in as_text.stderr and f"-a {folder} too" in as_text.stderr
+    twice = run("predict", "-a", folder, "-a", f"{folder}/../{folder.name}", "a gripping film")
+    assert twice.exit_code == 1 and f"error: {folder}/../{folder.name} is given twice" \
+        in twice.stderr and "give each adapter once" in twice.stderr
+    copy = tmp_path / "elsewhere" / folder.name
+    shutil.copytree(folder, copy)
+    same_name = run("predict", "-a", folder, "-a", copy, "a gripping film")
+    assert same_name.exit_code == 1
+    assert f"error: {folder} and {copy} are both adapter '{folder.name}'" in same_name.stderr
+    assert "--name" in same_name.stderr

@@ -287,6 +287,9 @@ def predict_cmd(args, adapters, pair, context, runtime, device, as_json, **attac
 
     if adapters:
         folders, texts = [resolve_adapter(a, notify=notice) for a in adapters], list(args)
+        if texts and (Path(texts[0]).expanduser() / "manifest.json").is_file():
+            raise UsageError(f"{texts[0]} is an adapter folder, and with --adapter/-a every "
+                             "argument is a text", hint=f"give it as -a {texts[0]} too")
     else:
         adapter, texts = split_adapter_and_texts(list(args), notify=notice)
     texts = checked_texts(texts)

@@ -51,14 +51,16 @@ def read(directory: Path) -> dict[str, Any]:
     """Read and validate `directory/manifest.json`.
 
     Raises:
-        ManifestError: missing, not JSON (with line and column), or invalid.
+        ManifestError: no such folder, missing, not JSON (with line and column), or invalid.
     """
     path = Path(directory) / MANIFEST
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ManifestError("no manifest.json here", path=str(path),
-                            hint="point at a folder written by `hub train --out`") from None
+        hint = "point at a folder written by `hub train --out`"
+        if not Path(directory).is_dir():
+            raise ManifestError("no such adapter folder", path=str(directory), hint=hint) from None
+        raise ManifestError("no manifest.json here", path=str(path), hint=hint) from None
     except UnicodeDecodeError:
         raise ManifestError("not UTF-8 text", path=str(path)) from None
     try:
