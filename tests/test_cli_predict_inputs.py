@@ -96,3 +96,6 @@ def test_several_adapters_each_given_once_and_no_folder_read_as_a_text(folder, t
     assert same_name.exit_code == 1
     assert f"error: {folder} and {copy} are both adapter '{folder.name}'" in same_name.stderr
     assert "--name" in same_name.stderr
+    base = run("predict", "-a", folder, "-a", "__base__", "a gripping film")
+    assert base.exit_code != 0 and "error: __base__ (the untouched base) routes rows in " \
+        "Python, it is not an adapter to load" in base.stderr

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from hubcli.errors import UsageError
-from hubcli.format.vocab import ADAPTER_REF as REF
+from hubcli.format.vocab import ADAPTER_REF as REF, BASE
 
 
 def looks_like_adapter(arg: str) -> bool:
@@ -41,8 +41,12 @@ def resolve_adapter(ref: str, notify: Callable[[str], None]) -> Path:
     """The folder of a local adapter, or of a registry reference (pulled first when needed).
 
     Raises:
-        UsageError: a path-like reference that is not a folder.
+        UsageError: a path-like reference that is not a folder, or `BASE`.
     """
+    if ref == BASE:
+        raise UsageError(f"{BASE} (the untouched base) routes rows in Python, it is not an "
+                         "adapter to load", hint="AdapterHub.predict(texts, adapter=[...]) takes "
+                         f"{BASE} rows; hub predict takes adapter folders or NS/NAME")
     if Path(ref).expanduser().is_dir():
         return Path(ref).expanduser()
     if ref.startswith(("./", "../", "/", "~")):
