@@ -191,8 +191,8 @@ def predict_each(folders: list[Path], texts: list[str], *, base: str | None = No
     for folder, bundle in zip(folders, bundles):
         if (name := bundle.manifest["name"]) in seen:
             raise AdapterError(f"{seen[name]} and {folder} are both adapter {name!r}",
-                               hint="an adapter's name is its folder's when trained; train "
-                                    "one again with --name, or copy it to another folder")
+                               hint="an adapter's name is in its manifest (hub train "
+                                    "--name sets it): train one again under another name")
         seen[name] = Path(folder)
     hub = AdapterHub(base_for(bundles[0].manifest, base), device=device, notify=notify)
     names = [hub.add(b, allow_base_mismatch=allow_base_mismatch) for b in bundles]

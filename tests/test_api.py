@@ -98,6 +98,9 @@ def test_loading_a_folder_that_is_not_there_says_so(tiny_base_dir, tmp_path):
     assert "hub train --out" in missing.value.hint
     with pytest.raises(AdapterError, match="manifest.json: no manifest.json here"):
         hub.load(tmp_path)  # a folder, but no adapter's
+    (tmp_path / "a-file").write_text("not a folder")
+    with pytest.raises(AdapterError, match="a-file: not a folder"):
+        hub.load(tmp_path / "a-file")
 
 
 def test_parallel_over_adapters_that_tokenize_differently_routes_their_rows(three_adapters,

@@ -83,10 +83,14 @@ def test_a_very_long_line_is_cut_with_a_warning_and_a_capped_echo(folder):
 def test_several_adapters_each_given_once_and_no_folder_read_as_a_text(folder, tmp_path):
     """With -a every argument is a text: a folder there is refused, not predicted on; a folder
     given twice (any spelling), or two adapters of one name, are refused with what to do."""
-    as_text = run("predict", folder, "-a", folder, "a gripping film")
-    assert as_text.exit_code != 0
-    assert f"error: {folder} is an adapter folder, and with --adapter/-a every argument is " \
-           "a text" in as_text.stderr and f"-a {folder} too" in as_text.stderr
+    for args in ([folder, "-a", folder, "a gripping film"],
+                 ["-a", folder, "a gripping film", folder]):
+        as_text = run("predict", *args)
+        assert as_text.exit_code != 0
+        assert f"error: {folder} is an adapter folder, and with --adapter/-a every argument " \
+               "is a text" in as_text.stderr and f"-a {folder} too" in as_text.stderr
+    same = run("predict", "-a", "me/sst", "-a", "me/sst", "a gripping film")  # nothing pulled
+    assert same.exit_code != 0 and "error: me/sst is given twice" in same.stderr
     twice = run("predict", "-a", folder, "-a", f"{folder}/../{folder.name}", "a gripping film")
     assert twice.exit_code == 1 and f"error: {folder}/../{folder.name} is given twice" \
         in twice.stderr and "give each adapter once" in twice.stderr

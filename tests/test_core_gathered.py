@@ -407,3 +407,63 @@ def test_what_a_routed_pass_reads_does_not_grow_with_the_adapters_loaded(base, m
             model.forward_routed(**batch, per_row=["n00", "n01"] * 2)
         seen.append(dict(counts))
     assert seen[0] == seen[1] and seen[0]["kind"] > 0
+
+
+def test_tables_edited_directly_leave_no_stale_stack(base):
+    """Heads or a site's adapters set or deleted in their tables directly (not through the
+    model): the kept stacks and a head kind's members follow, and each row still gets its
+    own adapter's result."""
+    from hubcli.core.heads import HeadConfig, build_head
+
+    model = AdapterModel(base.encoder)
+    model.gather = True
+    model.eval()
+    for k in range(3):
+        model.add_adapter(f"n{k}", HoulsbyConfig(bottleneck=4, init_scale=0.3), SEQ)
+    batch = encode(base.tokenizer, TEXTS[:3])
+
+    def check(per_row):
+        _, logits = model.forward_routed(**batch, per_row=per_row)
+        for i, name in enumerate(per_row):
+            expected, got = alone(model, base.tokenizer, TEXTS[i], name), logits[i]
+            if got.dim() == 2:  # a token head: the real tokens
+                got = got[:int(batch["attention_mask"][i].sum())]
+            assert got.shape == expected.shape, (per_row, i)
+            assert torch.allclose(got, expected, atol=1e-5, rtol=0), (per_row, i)
+
+    with torch.inference_mode():
+        check(["n0", "n1", "n2"])
+        tokens = HeadConfig("token_classification", 3, ("O", "B-X", "I-X"))
+        model.heads["n1"] = build_head(model.hidden_size, tokens).eval()  # another kind
+        check(["n0", "n1", "n2"])
+        site = model.adapter_sites[(0, "ffn_output")]
+        site.adapters["n2"] = copy.deepcopy(site.adapters["n0"])  # n0's bottleneck for n2's
+        check(["n0", "n1", "n2"])
+        del model.heads["n1"]
+        _, logits = model.forward_routed(**batch, per_row=["n0", "n1", "n2"])
+        assert logits[1] is None
+
+
+def test_a_removed_adapters_head_is_freed_whatever_the_kept_list_says(base):
+    """The kept list of routable adapters lacks one (a composition dropped from the table
+    directly): removing that adapter must still drop the head stacks holding its head."""
+    import gc
+    import weakref
+
+    from hubcli.core.composition import Parallel
+
+    model = AdapterModel(base.encoder)
+    model.gather = True
+    model.eval()
+    for k in range(3):
+        model.add_adapter(f"n{k}", HoulsbyConfig(bottleneck=2), SEQ)
+    model.name_composition("n1", Stack("n1"))
+    batch = encode(base.tokenizer, TEXTS[:2])
+    with torch.inference_mode():
+        model.forward_routed(**batch, per_row=["n0", "n2"])  # keeps routable() without n1
+        model.compositions.clear()
+        model.forward_parallel(**batch, block=Parallel("n0", "n1", "n2"))
+    refs = [weakref.ref(p) for p in model.heads["n1"].parameters()]
+    model.remove_adapter("n1")
+    gc.collect()
+    assert refs and [r for r in refs if r() is not None] == []

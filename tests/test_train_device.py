@@ -126,9 +126,9 @@ def test_trained_manifest_records_device_and_precision(machine, tiny_base_dir, t
     assert "error: --device mps: no Apple GPU (MPS) is available here" in bad.stderr
     ok = CliRunner().invoke(cli, ["predict", str(out), "a fine film", "--device", "auto", "--json"])
     assert ok.exit_code == 0 and '"label"' in ok.stdout
-    # several adapters (-a) run on --device too: refused before the base loads, or run there
-    bad = CliRunner().invoke(cli, ["predict", "-a", str(out), "-a", str(out), "a fine film",
-                                   "--device", "cuda"])
+    # the path of several adapters (-a) runs on --device too: refused before the base loads,
+    # or run there
+    bad = CliRunner().invoke(cli, ["predict", "-a", str(out), "a fine film", "--device", "cuda"])
     assert bad.exit_code == 1 and "notice" not in bad.stderr  # before the adapters are read
     assert "error: --device cuda: no CUDA GPU is available here" in bad.stderr
     ok = CliRunner().invoke(cli, ["predict", "-a", str(out), "a fine film", "--device", "cpu",

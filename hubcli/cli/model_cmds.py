@@ -286,10 +286,8 @@ def predict_cmd(args, adapters, pair, context, runtime, device, as_json, **attac
     from hubcli.remote.refs import resolve_adapter, split_adapter_and_texts
 
     if adapters:
+        _check_adapters_and_texts(adapters, args)  # before any is pulled
         folders, texts = [resolve_adapter(a, notify=notice) for a in adapters], list(args)
-        if texts and (Path(texts[0]).expanduser() / "manifest.json").is_file():
-            raise UsageError(f"{texts[0]} is an adapter folder, and with --adapter/-a every "
-                             "argument is a text", hint=f"give it as -a {texts[0]} too")
     else:
         adapter, texts = split_adapter_and_texts(list(args), notify=notice)
     texts = checked_texts(texts)
@@ -322,6 +320,22 @@ def predict_cmd(args, adapters, pair, context, runtime, device, as_json, **attac
             echo_json({"text": echo_text(text), **pred})
     else:
         table(["text", "prediction"], [(t, predictor.task.describe(p)) for t, p in zip(texts, preds)])
+
+
+def _check_adapters_and_texts(adapters: tuple[str, ...], texts: tuple[str, ...]) -> None:
+    """With --adapter/-a every argument is a text: refuse an adapter folder among them, and an
+    adapter given twice.
+
+    Raises:
+        UsageError: either.
+    """
+    for text in texts:
+        if (Path(text).expanduser() / "manifest.json").is_file():
+            raise UsageError(f"{text} is an adapter folder, and with --adapter/-a every "
+                             "argument is a text", hint=f"give it as -a {text} too")
+    for k, ref in enumerate(adapters):
+        if ref in adapters[:k]:
+            raise UsageError(f"{ref} is given twice", hint="give each adapter once")
 
 
 def _second_text(pair: str | None, context: str | None) -> tuple[str, str] | None:

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hubcli.core.gathered import StackCache, stacks_all
+from hubcli.core.names import AdapterTable
 from hubcli.core.routing import Route
 from hubcli.format.spec import HEAD_TYPES
 
@@ -134,7 +135,7 @@ def stack_heads(heads: list[nn.Module]) -> HeadStack:
                      torch.cat(outs), torch.cat(biases), width)
 
 
-def routed_heads(heads: dict[str, nn.Module], segments: list[tuple[str, int, int]],
+def routed_heads(heads: AdapterTable, segments: list[tuple[str, int, int]],
                  hidden: torch.Tensor, mask: torch.Tensor, stacks: dict,
                  to: torch.device | str | None = None, *, route: Route | None = None
                  ) -> dict[str, torch.Tensor]:
@@ -166,31 +167,37 @@ def routed_heads(heads: dict[str, nn.Module], segments: list[tuple[str, int, int
 
 
 class KindStacks(StackCache):
-    """One head kind's kept stacks, with the heads of the last numbering seen that are of
-    the kind (`members`: the numbering, and those)."""
+    """One head kind's kept stacks, with the heads of the kind among a numbering: read
+    through once per numbering and version of the heads table (a head set or deleted there
+    directly makes another), not every pass."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.members: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+        self._members: tuple = ((), -1, ())  # (numbering, table version, the kind's heads)
 
     def clear(self) -> None:
         super().clear()
-        self.members = ((), ())
+        self._members = ((), -1, ())
+
+    def members(self, heads: AdapterTable, kind: tuple, numbering: tuple[str, ...]
+                ) -> tuple[str, ...]:
+        """The heads of `numbering` in `heads` that are of `kind`."""
+        seen, version, of_kind = self._members
+        if seen is not numbering or version != heads.version:
+            of_kind = tuple(n for n in numbering if n in heads and head_kind(heads[n]) == kind)
+            self._members = (numbering, heads.version, of_kind)
+        return of_kind
 
 
-def _kind_stack(heads: dict[str, nn.Module], kind: tuple, names: tuple[str, ...],
+def _kind_stack(heads: AdapterTable, kind: tuple, names: tuple[str, ...],
                 route: Route, stacks: dict) -> tuple[HeadStack, torch.Tensor]:
     """The heads of one `kind` for rows of `names` (that kind's), stacked as a gathered
     route's sites stack adapters: every head of the kind among its numbering (any mix of them
     shares it), or only `names`' (`stacks_all`); with each slot's place in the stack. Kept
-    in `stacks` under the kind (`KindStacks`), with which of the numbering's heads are of it:
-    the model's numbering is one tuple until its adapters change, read through once, not
-    every pass."""
+    in `stacks` under the kind (`KindStacks`), with which of the numbering's heads are of
+    it."""
     cache = stacks.get(kind) or stacks.setdefault(kind, KindStacks())  # made once
-    numbering, of_kind = cache.members
-    if numbering is not route.numbering:
-        of_kind = tuple(n for n in route.numbering if n in heads and head_kind(heads[n]) == kind)
-        cache.members = (route.numbering, of_kind)
+    of_kind = cache.members(heads, kind, route.numbering)
     chosen = of_kind if stacks_all(len(names), len(of_kind)) else names
     # the head modules in the key: one replaced under its name makes another key (held there,
     # no new module takes its id)

@@ -354,7 +354,7 @@ class AdapterLinear(nn.Module):
                     if n in self.adapters]
 
         return self._stack.get(
-            (route.numbering, names),
+            (route.numbering, names, self.adapters.version),  # the table: not edited since
             lambda: [m for n in chosen() for m in self.adapters[n].modules()],
             lambda: gathered.bottlenecks(route.numbering, chosen(), self.adapters))
 
@@ -412,8 +412,8 @@ class DeltaLayerNorm(nn.Module):
         bottleneck's a table of all costs a pass no more arithmetic than one of the batch's,
         and any mix of them shares it."""
         return self._stack.get(
-            numbering, lambda: [self.base_layer, *(self.deltas[n] for n in numbering
-                                                   if n in self.deltas)],
+            (numbering, self.deltas.version),  # the table: not edited since
+            lambda: [self.base_layer, *(self.deltas[n] for n in numbering if n in self.deltas)],
             lambda: gathered.layernorms(numbering, self.base_layer, self.deltas))
 
     def as_adapter(self, x: torch.Tensor, name: str | None) -> torch.Tensor:

@@ -222,7 +222,7 @@ class AdapterModel(RoutedPasses, nn.Module):
         if isinstance(block, Fuse) and name not in self.infos:
             name = block.name
         self._require(name)
-        renumbered = block is not None or name in self.routable()
+        renumbered = block is not None or not isinstance(self.infos[name].config, Fuse)
         for site in [*self.adapter_sites.values(), *self.layernorm_sites.values()]:
             site.remove(name)
         if name in self.heads:

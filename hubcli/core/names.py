@@ -34,16 +34,26 @@ def adapter_name(key: str) -> str:
 
 
 class AdapterTable(nn.ModuleDict):
-    """An `nn.ModuleDict` whose keys, in and out, are adapter names (any non-empty string)."""
+    """An `nn.ModuleDict` whose keys, in and out, are adapter names (any non-empty string).
+    Its `version` counts the changes made to it, so what is kept from its modules can tell
+    in one comparison that the table is not the one it was kept from."""
+
+    version = 0
 
     def __getitem__(self, name: str) -> nn.Module:
         return super().__getitem__(module_key(name))
 
     def __setitem__(self, name: str, module: nn.Module) -> None:
         super().__setitem__(module_key(name), module)
+        self.version += 1
 
     def __delitem__(self, name: str) -> None:
         super().__delitem__(module_key(name))
+        self.version += 1
+
+    def clear(self) -> None:
+        super().clear()
+        self.version += 1
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and super().__contains__(module_key(name))

@@ -51,16 +51,19 @@ def read(directory: Path) -> dict[str, Any]:
     """Read and validate `directory/manifest.json`.
 
     Raises:
-        ManifestError: no such folder, missing, not JSON (with line and column), or invalid.
+        ManifestError: no such folder (or a file), missing, not JSON (with line and column),
+            or invalid.
     """
     path = Path(directory) / MANIFEST
     try:
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         hint = "point at a folder written by `hub train --out`"
-        if not Path(directory).is_dir():
-            raise ManifestError("no such adapter folder", path=str(directory), hint=hint) from None
-        raise ManifestError("no manifest.json here", path=str(path), hint=hint) from None
+        folder = Path(directory)
+        if folder.is_dir():
+            raise ManifestError("no manifest.json here", path=str(path), hint=hint) from None
+        raise ManifestError("not a folder" if folder.exists() else "no such adapter folder",
+                            path=str(folder), hint=hint) from None
     except UnicodeDecodeError:
         raise ManifestError("not UTF-8 text", path=str(path)) from None
     try:
