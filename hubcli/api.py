@@ -185,8 +185,9 @@ def predict_each(folders: list[Path], texts: list[str], *, base: str | None = No
 
     device = resolve(device)  # a device this machine lacks: refused before anything is read
     # every adapter is verified before the base loads, and only once
+    _refuse_a_folder_twice(folders)
     bundles = [verify_adapter(Path(f), allow_unsigned=allow_unsigned, notify=notify)
-               for f in _each_once(folders)]
+               for f in folders]
     seen: dict[str, Path] = {}
     for folder, bundle in zip(folders, bundles):
         if (name := bundle.manifest["name"]) in seen:
@@ -201,20 +202,16 @@ def predict_each(folders: list[Path], texts: list[str], *, base: str | None = No
     return hub, names, preds
 
 
-def _each_once(folders: list[Path]) -> list[Path]:
-    """`folders`, refused if one is given twice (under any spelling of its path).
-
-    Raises:
-        AdapterError: a folder given twice.
-    """
+def _refuse_a_folder_twice(folders: list[Path]) -> None:
+    """Raises AdapterError where one of `folders` is given twice, under any spelling of its
+    path."""
     from hubcli.errors import AdapterError
 
-    seen: dict[Path, Path] = {}
+    seen: set[Path] = set()
     for folder in folders:
         if (real := Path(folder).resolve()) in seen:
             raise AdapterError(f"{folder} is given twice", hint="give each adapter once")
-        seen[real] = Path(folder)
-    return folders
+        seen.add(real)
 
 
 def load_onnx_predictor(path: str | Path, *, base: str | None = None,

@@ -270,7 +270,7 @@ def test_adding_or_removing_an_adapter_drops_every_kept_stack(base):
     for k in range(3):
         model.add_adapter(f"n{k}", HoulsbyConfig(bottleneck=2), SEQ)
     batch = encode(base.tokenizer, TEXTS[:3])
-    sites = [*model.adapter_sites.values(), *model.layernorm_sites.values()]
+    sites = model.sites()
 
     def kept() -> int:
         return (sum(len(s._stack.kept) for s in sites)
@@ -371,7 +371,7 @@ def test_removing_a_fusion_leaves_the_kept_stacks_of_routing(base):
         model.add_adapter(f"n{k}", HoulsbyConfig(bottleneck=2), SEQ)
     fusion = model.add_fusion(Fuse("n0", "n1"), SEQ)
     batch = encode(base.tokenizer, TEXTS[:3])
-    sites = [*model.adapter_sites.values(), *model.layernorm_sites.values()]
+    sites = model.sites()
     with torch.inference_mode():
         model.forward_routed(**batch, per_row=["n0", "n1", "n2"])
     kept = [list(s._stack.kept.values()) for s in sites]

@@ -171,7 +171,7 @@ def test_every_site_reads_its_models_one_route_holder_copies_included(base):
     twin = copy.deepcopy(model)
     again = AdapterModel(base.encoder)
     for m in (model, twin):
-        sites = [*m.adapter_sites.values(), *m.layernorm_sites.values()]
+        sites = m.sites()
         assert all(site.routes is m.routes for site in sites)
     assert twin.routes is not model.routes and again.routes is model.routes
     batch = encode(base.tokenizer, TEXTS[:2])

@@ -75,7 +75,7 @@ class AdapterModel(RoutedPasses, nn.Module):
         # one holder of the pass's route for every site: an encoder wrapped before (by
         # another model) keeps its sites' (a plain attribute, read at every site of a pass)
         self.routes = next(iter(self.adapter_sites.values())).routes
-        for site in [*self.adapter_sites.values(), *self.layernorm_sites.values()]:
+        for site in self.sites():
             site.routes = self.routes
         self.heads = AdapterTable()
         self._stacks: dict = {}  # routed heads stacked per kind, when gathering (routed_heads)
@@ -223,7 +223,7 @@ class AdapterModel(RoutedPasses, nn.Module):
             name = block.name
         self._require(name)
         renumbered = block is not None or not isinstance(self.infos[name].config, Fuse)
-        for site in [*self.adapter_sites.values(), *self.layernorm_sites.values()]:
+        for site in self.sites():
             site.remove(name)
         if name in self.heads:
             del self.heads[name]
@@ -233,12 +233,16 @@ class AdapterModel(RoutedPasses, nn.Module):
         if self.active == name:
             self.active = None
 
+    def sites(self) -> list[AdapterLinear | DeltaLayerNorm]:
+        """Every wrapped module: the adapter sites, then the LayerNorm sites."""
+        return [*self.adapter_sites.values(), *self.layernorm_sites.values()]
+
     def _renumber(self) -> None:
         """The routable adapters changed: gathered routes number them anew (`routable`), so
         every kept stack goes (those in the old numbering no route would read again, and
         they hold a removed adapter's weights)."""
         self._routable = None
-        for site in [*self.adapter_sites.values(), *self.layernorm_sites.values()]:
+        for site in self.sites():
             site._stack.clear()
         self._stacks.clear()
 
@@ -267,7 +271,7 @@ class AdapterModel(RoutedPasses, nn.Module):
 
     def deactivate(self) -> None:
         """Back to the untouched base: outputs are bit-identical to the original encoder."""
-        for site in [*self.adapter_sites.values(), *self.layernorm_sites.values()]:
+        for site in self.sites():
             site.active = None
         self.active = None
 

@@ -202,8 +202,7 @@ class Routes(threading.local):
 class PerThread:
     """A class attribute whose value each thread sets and reads on its own, per instance
     (None until set): the sublayer input a site keeps, so concurrent passes never see each
-    other's.
-    Values live beside the instances, not in them, so a deep copy starts with none."""
+    other's. Values live beside the instances, not in them, so a deep copy starts with none."""
 
     def __init__(self) -> None:
         self._locals: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
