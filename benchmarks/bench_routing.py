@@ -33,6 +33,14 @@ operation). On a GPU a batch this size is bound by exactly that
 (`--device cuda`: 4-7 ms a pass, 2.4 ms of it kernels), so this is the CPU's view of the
 cost a GPU pays, for work on the host's side where no GPU is at hand.
 
+Each variant's operations are counted too, once, outside the timing (`launches`): the ATen
+operations a pass dispatches that compute something (views, and conversions to the dtype a
+tensor has, left out), each about one kernel launch on a GPU, and those of them that wait on
+the device (a value read back to the host). At a batch this size a GPU is bound by launches,
+so their ratios foretell its time's: at e68319c they gave a Fuse of 3 309 / 130 = 2.38x the
+bare base, where the H100 measured 2.21-2.39x. They are the same on any device, so the CPU
+can count what a change saves a GPU.
+
     python benchmarks/bench_routing.py [--repeats 9] [--threads N] [--top 1,2,3] [--device cuda]
                                        [--host-bound]
 """
@@ -117,6 +125,41 @@ def max_abs_diff(model, batch, per_row, blocks) -> float:
         for i, n in enumerate(per_row):
             worst = max(worst, (logits[i] - alone[n][i]).abs().max().item())
     return worst
+
+
+def launches(fn: Callable[[], None]) -> dict[str, int]:
+    """The operations one call of `fn` dispatches that launch a kernel on a GPU ("ops"), and
+    those that wait for the device ("syncs"), counted by a dispatch mode: one launches when it
+    writes in place or makes new storage; views (and `.to` a tensor's own dtype, `reshape`
+    where it can view) make none, and allocating (`empty`) writes nothing."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    allocating = {"empty", "empty_like", "new_empty", "empty_strided"}
+    syncing = {"_local_scalar_dense", "nonzero", "is_nonzero", "item"}
+
+    def storages(tree) -> set[int]:
+        return {t.untyped_storage().data_ptr() for t in tree_leaves(tree)
+                if isinstance(t, torch.Tensor)}
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops = self.syncs = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = func._schema.name.split("::")[-1]
+            if name not in allocating and (func._schema.is_mutable or not isinstance(
+                    out, torch.Tensor | tuple | list) or storages(out) - storages((args, kwargs))):
+                self.ops += 1
+                self.syncs += name in syncing
+            return out
+
+    with Count() as count:
+        fn()
+    return {"ops": count.ops, "syncs": count.syncs}
 
 
 def interleaved(variants: dict[str, Callable[[], None]], repeats: int,
@@ -217,9 +260,11 @@ def main() -> None:
     with torch.inference_mode():
         diff = max_abs_diff(model, batch, per_row, [four])
         times = interleaved(mixes, args.repeats, sync)
+        counts = {k: launches(f) for k, f in mixes.items()}
         add_tops(model, tops, args.host_bound)
         diff = max(diff, max_abs_diff(model, batch, per_row, blocks.values()))
         times.update(interleaved(parallels, args.repeats, sync))
+        counts.update({k: launches(f) for k, f in parallels.items()})
     best = {k: min(v) for k, v in times.items()}
     median = {k: statistics.median(v) for k, v in times.items()}
 
@@ -238,7 +283,9 @@ def main() -> None:
         "threads": torch.get_num_threads(), "repeats": args.repeats, "max_abs_diff": diff,
         "best_ms": {k: round(v * 1e3, 1) for k, v in best.items()},
         "median_ms": {k: round(v * 1e3, 1) for k, v in median.items()},
-        "ratios_best": ratios(best), "ratios_median": ratios(median)}, indent=1))
+        "ratios_best": ratios(best), "ratios_median": ratios(median),
+        "launches": counts,
+        "ratios_launches": ratios({k: c["ops"] for k, c in counts.items()})}, indent=1))
 
 
 if __name__ == "__main__":

@@ -143,19 +143,6 @@ def test_a_rebuilt_stack_is_the_newest_in_its_cache():
     assert list(cache.kept) == [2, 3, 0, 4]  # 1, the oldest, went
 
 
-def test_each_rows_one_hot_covers_its_tokens_at_any_rank():
-    from hubcli.core.gathered import _one_hot
-
-    slots = torch.tensor([2, 0, 1])
-    for y in (torch.zeros(3, 4, 5), torch.zeros(3, 4, 2, 5)):  # a slot per row, at rank 3, 4
-        index = slots.view(-1, *(1,) * (y.dim() - 2))
-        got = _one_hot(index, 3, y, torch.float32)
-        tokens = y.shape[:-1].numel() // 3
-        assert torch.equal(got.argmax(1), slots.repeat_interleave(tokens))
-        assert got.shape == (y.shape[:-1].numel(), 3) and torch.equal(got.sum(1),
-                                                                      torch.ones(len(got)))
-
-
 def test_adapters_made_under_inference_mode_route_gathered(base):
     """Tensors made under torch.inference_mode have no version counter for the stack cache
     to read; routing through them still works, and equals the adapter alone."""

@@ -15,9 +15,11 @@ where `own` are the rows' adapter's columns of the stacked bottlenecks (the othe
 to zero before the up-projection, not multiplied by a mask, so nothing another adapter
 computes, an overflow included, reaches a row; an up-projection or up bias with a NaN or
 an infinity would reach every row through those zeros, so a site with one runs by
-segments). The up biases are added by one more product, with the rows' slots one-hot. A row of
-the base, or of an adapter with nothing here, gets exactly y (zeros contribute +0) or the
-base LayerNorm's own output, so it stays bit-identical to the base.
+segments). Each up bias rides in the same product: its adapter gets one more column, whose
+down row is zero and down bias 1, so after the activation it holds the constant c = act(1)
+for every row, and whose up column is b_U / c (`with_bias_column`): no per-slot bias table, no
+extra launch. A row of the base, or of an adapter with nothing here, gets exactly y (zeros
+contribute +0) or the base LayerNorm's own output, so it stays bit-identical to the base.
 
 A stack's slots are the route's `numbering` (every adapter loaded, in name order, up to
 `NUMBERED` of them), so one stack serves batches mixing any of them: a bottleneck site (and
@@ -45,8 +47,7 @@ T = TypeVar("T")
 
 # The most adapters a model numbers in its gathered routes; with more, a route numbers only
 # its batch's, and each new mix rebuilds the stacks. Every pass pays for the numbering's size:
-# the rows' slots are looked up in it, the up biases are taken by a product with the slots
-# one-hot (one column per adapter), and a LayerNorm site's kept table is checked whole.
+# the rows' slots are looked up in it, and a LayerNorm site's kept table is checked whole.
 NUMBERED = 64
 
 
@@ -66,12 +67,11 @@ class Bottlenecks(NamedTuple):
     """The route's adapters at one wrapped Linear, side by side."""
 
     reads_input: bool
-    down: torch.Tensor            # [M, d_in]: every adapter's rows, grouped by activation
+    down: torch.Tensor            # [M, d_in]: every adapter's rows (and bias column's), grouped
+                                  # by activation
     down_bias: torch.Tensor | None
     acts: tuple[tuple[Callable[[torch.Tensor], torch.Tensor], int, int], ...]  # on columns
     up_t: torch.Tensor            # [M, d_out]: the up-projections, transposed for addmm
-    up_bias: torch.Tensor | None  # [slots, d_out], zeros where a slot has no adapter: taken
-                                  # by a product with the rows' slots one-hot, as one addmm
     owner: torch.Tensor           # [M]: the slot each column belongs to
     layout: tuple                 # (slot, width) per run of columns: sites alike share masks
 
@@ -85,24 +85,9 @@ class Bottlenecks(NamedTuple):
         # h is this call's own: cleared in place, with the mask every site of this layout uses
         h.masked_fill_(route.memo(("others", self.layout, y.dim()),
                                   lambda: slots[..., None] != self.owner), 0.0)
-        d = y.shape[-1]  # y + h U^T as one product-and-add, over all tokens as rows
-        out = torch.addmm(y.reshape(-1, d), h.reshape(-1, h.shape[-1]), self.up_t)
-        if self.up_bias is not None:  # + each row's own bias: one more product-and-add
-            # in out's dtype: in place, addmm_ is not autocast (a no-op in float32)
-            one_hot = route.memo(("one-hot", len(self.up_bias), y.shape[:-1], out.dtype),
-                                 lambda: _one_hot(slots, len(self.up_bias), y, out.dtype))
-            out.addmm_(one_hot, self.up_bias.to(out.dtype))
-        return out.view(y.shape)
-
-
-def _one_hot(slots: torch.Tensor, n: int, y: torch.Tensor, dtype: torch.dtype
-             ) -> torch.Tensor:
-    """[tokens, n]: 1 in each token's slot's column, for `y`'s tokens as rows (`slots` as
-    `Route.slot_index` shapes them for `y`: one per token, or one per row)."""
-    one_hot = F.one_hot(slots.reshape(-1), n).to(dtype)
-    if y.dim() > 2:  # a slot per row: the same for each of its tokens
-        one_hot = one_hot.view(-1, *(1,) * (y.dim() - 2), n).expand(*y.shape[:-1], n)
-    return one_hot.reshape(-1, n)
+        d = y.shape[-1]  # y + h U^T (up biases included) as one product-and-add
+        return torch.addmm(y.reshape(-1, d), h.reshape(-1, h.shape[-1]), self.up_t
+                           ).view(y.shape)
 
 
 class LayerNorms(NamedTuple):
@@ -112,6 +97,8 @@ class LayerNorms(NamedTuple):
     affine: torch.Tensor  # [slots, 2 d]: gamma, then beta
     plain: torch.Tensor   # [slots] bool: the base's own parameters (no deltas here)
     plain_slots: tuple[bool, ...]  # the same on the host: LayerNorms alike share row masks
+    ones: torch.Tensor    # [d]: normalizing with a weight of ones gives the same numbers as
+                          # none, but a CPU's kernel without one is about 2x slower
 
     def __call__(self, x: torch.Tensor, base: nn.LayerNorm, route: Route, plain_rows: bool
                  ) -> torch.Tensor:
@@ -119,7 +106,7 @@ class LayerNorms(NamedTuple):
         (`plain_rows`: the base's, or an adapter's without deltas here), they get the base
         LayerNorm's own output."""
         slots = route.slot_index(x)
-        normed = F.layer_norm(x, base.normalized_shape, None, None, base.eps)
+        normed = F.layer_norm(x, base.normalized_shape, self.ones, None, base.eps)
         affine = per_slot(self.affine, slots)  # one gather for both
         d = x.shape[-1]
         out = torch.addcmul(affine[..., d:], normed, affine[..., :d])
@@ -224,12 +211,11 @@ def bottlenecks(numbering: tuple[str, ...], names: Iterable[str],
     slot = {n: k + 1 for k, n in enumerate(numbering)}
     present = [(slot[n], adapters[n].parts()) for n in names if n in adapters]
     first = present[0][1]
-    if any(p is None or p.reads_input != first.reads_input
-           or (p.up_bias is None) != (first.up_bias is None) for _, p in present):
+    if any(p is None or p.reads_input != first.reads_input for _, p in present):
         return None
     groups: dict = {}  # one activation per run of columns: adapters with the same, together
     for k, p in present:
-        groups.setdefault(p.act, []).append((k, p))
+        groups.setdefault(p.act, []).append((k, with_bias_column(p)))
     present = [kp for group in groups.values() for kp in group]
     parts = [p for _, p in present]
     acts, start = [], 0
@@ -238,23 +224,31 @@ def bottlenecks(numbering: tuple[str, ...], names: Iterable[str],
         if act is not None:
             acts.append((act, start, end))
         start = end
-    up_bias = None
-    if first.up_bias is not None:  # a zero row for each slot without an adapter here
-        zeros, by_slot = first.up_bias.new_zeros(first.up.shape[0]), dict(present)
-        up_bias = torch.stack([by_slot[k].up_bias if k in by_slot else zeros
-                               for k in range(len(numbering) + 1)])
     owner = torch.tensor([k for k, p in present for _ in range(p.down.shape[0])],
                          device=first.down.device)
     up_t = torch.cat([p.up for p in parts], 1).t().contiguous()
-    finite = torch.isfinite(up_t).all()  # every row multiplies them all, if only by zero
-    if up_bias is not None:
-        finite &= torch.isfinite(up_bias).all()
-    if not bool(finite):
+    # every row multiplies them all, if only by zero (and a zero act(1) makes b_U / c infinite)
+    if not bool(torch.isfinite(up_t).all()):
         return None
-    down_bias = None if first.down_bias is None else torch.cat([p.down_bias for p in parts])
+    down_bias = None
+    if any(p.down_bias is not None for p in parts):
+        down_bias = torch.cat([p.down.new_zeros(p.down.shape[0]) if p.down_bias is None
+                               else p.down_bias for p in parts])
     return Bottlenecks(first.reads_input, torch.cat([p.down for p in parts]), down_bias,
-                       tuple(acts), up_t, up_bias, owner,
-                       tuple((k, p.down.shape[0]) for k, p in present))
+                       tuple(acts), up_t, owner, tuple((k, p.down.shape[0]) for k, p in present))
+
+
+def with_bias_column(p: Parts) -> Parts:
+    """`p` with its up bias as one more hidden column (none left): down row 0, down bias 1,
+    so the column holds c = act(1) on every row, and up column b_U / c."""
+    if p.up_bias is None:
+        return p
+    one = p.down.new_ones(1)
+    c = one if p.act is None else p.act(one)
+    down_bias = p.down.new_zeros(p.down.shape[0]) if p.down_bias is None else p.down_bias
+    return Parts(p.reads_input, torch.cat([p.down, p.down.new_zeros(1, p.down.shape[1])]),
+                 torch.cat([down_bias, one]), p.act,
+                 torch.cat([p.up, (p.up_bias / c)[:, None]], 1), None)
 
 
 def layernorms(numbering: tuple[str, ...], base: nn.LayerNorm, deltas: dict[str, nn.Module]
@@ -268,7 +262,8 @@ def layernorms(numbering: tuple[str, ...], base: nn.LayerNorm, deltas: dict[str,
         biases.append(base.bias if delta is None else base.bias + delta.bias_delta)
         plain.append(delta is None)
     return LayerNorms(torch.cat([torch.stack(weights), torch.stack(biases)], 1),
-                      torch.tensor(plain, device=base.weight.device), tuple(plain))
+                      torch.tensor(plain, device=base.weight.device), tuple(plain),
+                      torch.ones_like(base.weight))
 
 
 def per_slot(table: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:

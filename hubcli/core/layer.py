@@ -152,43 +152,41 @@ class AdapterFusion(nn.Module):
         the K outputs ever existing (inference; Houlsby et al.'s children share `act`).
 
         Why it is the same: the query-key score q.o_k = q.y + q.a_k, and softmax ignores the
-        q.y every adapter shares; q.a_k = (U_k^T q).h_k + q.c_k with q = W y + b, so one
-        product of y with the folded rows [U_k^T W; c_k^T W] scores every adapter in the
-        m-dimensional space of its hidden states h_k (K m + K columns instead of the d of
-        the query-key product). The weights sum to 1, so the mixture is y plus the adapters'
-        up-projections of their score-weighted hidden states: one product with [U_1 ... U_K].
+        q.y every adapter shares; q.a_k = (U_k^T q).h_k + q.c_k with q = W y + b. Each h_k
+        carries c_k in one more column (`gathered.with_bias_column`: a constant column, whose
+        up column is c_k over that constant), so q.a_k = (U_k^T q).h_k alone, and one product
+        of y with the folded rows U_k^T W scores every adapter in the m-dimensional space of
+        its hidden states (K (m + 1) columns instead of the d of the query-key product). The
+        weights sum to 1, so the mixture is y plus the adapters' up-projections of their
+        score-weighted hidden states, biases included: one product with [U_1 ... U_K].
         """
-        inputs, bias, m, seg, up_t, up_b = self._fold.get(
+        inputs, bias, m, seg, up_t = self._fold.get(
             tuple(adapters),  # the modules themselves: while kept, no other takes their id
             lambda: [self.query, self.key, *(m for a in adapters for m in a.modules())],
             lambda: self._bottleneck_fold(adapters))
         flat = y.reshape(-1, y.shape[-1])  # tokens as rows, for addmm
         # one product of y gives every adapter's pre-activation and the folded query rows
-        z = F.linear(flat, inputs, bias)   # [tokens, M | M | K]
+        z = F.linear(flat, inputs, bias)   # [tokens, M | M]
         h = adapters[0].act(z[:, :m])      # every adapter's h_k
-        weights = torch.addmm(z[:, 2 * m:], z[:, m:2 * m] * h, seg).softmax(-1)  # [tokens, K]
+        weights = ((z[:, m:] * h) @ seg).softmax(-1)  # [tokens, K]
         mixed = torch.addmm(flat, h.mul_(weights @ seg.t()), up_t)
-        # in place, addmm_ is not autocast: its operands in mixed's dtype (float32: no-ops)
-        mixed.addmm_(weights.to(mixed.dtype), up_b.to(mixed.dtype))
         return self.value(mixed).view(y.shape)
 
     def _bottleneck_fold(self, adapters: list[BottleneckAdapter]
-                         ) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor, torch.Tensor,
-                                    torch.Tensor]:
+                         ) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor, torch.Tensor]:
         """The stacked and folded matrices of `forward_bottlenecks`: the down-projections and
-        folded query rows as one [2 M + K, d] matrix with its bias, M, the [M, K] map from
-        columns to adapters, and the up-projections transposed [M, d] and biases [K, d]."""
+        folded query rows as one [2 M, d] matrix with its bias, M, the [M, K] map from
+        columns to adapters, and the up-projections transposed [M, d]; each adapter's M
+        columns include its bias column (`gathered.with_bias_column`)."""
         weight, bias = self._query_key()  # q = W y + b
-        up_w = torch.cat([a.up.weight for a in adapters], 1)  # [d, M]
-        up_b = torch.stack([a.up.bias for a in adapters])  # [K, d]: the c_k
-        sizes = [a.down.out_features for a in adapters]
+        parts = [gathered.with_bias_column(a.parts()) for a in adapters]
+        up_w = torch.cat([p.up for p in parts], 1)  # [d, M]
+        sizes = [p.down.shape[0] for p in parts]
         seg = torch.block_diag(*[up_w.new_ones(n, 1) for n in sizes])  # [M, K]
         with _full_precision(weight):  # kept for later passes, autocast or not
-            inputs = torch.cat([*(a.down.weight for a in adapters), up_w.t() @ weight,
-                                up_b @ weight])
-            biases = torch.cat([*(a.down.bias for a in adapters), up_w.t() @ bias,
-                                up_b @ bias])
-        return inputs, biases, sum(sizes), seg, up_w.t().contiguous(), up_b
+            inputs = torch.cat([*(p.down for p in parts), up_w.t() @ weight])
+            biases = torch.cat([*(p.down_bias for p in parts), up_w.t() @ bias])
+        return inputs, biases, sum(sizes), seg, up_w.t().contiguous()
 
     def _query_key(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(W_K^T W_Q, W_K^T b_Q): the query and key projections as one Linear. Without
