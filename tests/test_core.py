@@ -163,3 +163,21 @@ def test_other_bert_shaped_encoders_get_adapters(model_type, tmp_path, tokenizer
     assert actual == expected_tensors(manifest)
     if model_type == "electra":
         assert actual["layernorm.embeddings.weight_delta"] == (16,)
+
+
+def test_a_head_added_to_a_half_model_is_in_its_dtype(base, batch):
+    """A model made bf16 (`.to(torch.bfloat16)`) adds heads in bf16, as it adds adapters:
+    a float32 head crashed every pass (mat1 and mat2 dtypes)."""
+    from hubcli.core.composition import Fuse
+
+    seq = HeadConfig("sequence_classification", 2, ("neg", "pos"))
+    model = AdapterModel(base.encoder).to(torch.bfloat16).eval()
+    for name in ("a", "b"):
+        model.add_adapter(name, HoulsbyConfig(bottleneck=4), seq)
+    fusion = model.add_fusion(Fuse("a", "b"), seq)
+    with torch.inference_mode():
+        for name in ("a", fusion):
+            model.activate(name)
+            assert model(**batch).dtype == torch.bfloat16
+        _, logits = model.forward_routed(**batch, per_row=["a"] * len(batch["input_ids"]))
+    assert {row.dtype for row in logits} == {torch.bfloat16}

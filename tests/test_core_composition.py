@@ -322,3 +322,22 @@ def test_a_named_composition_activates_by_name_and_is_never_routed(model, base):
     assert fused.name not in model.infos and {"a", "b"} <= set(model.infos)
     with pytest.raises(AdapterError, match="no adapter site at layer 7"):
         model.add_fusion(fused, SEQ, sites=[(7, "ffn_output")])
+
+
+def test_a_fusion_activates_by_the_name_add_fusion_returns(model, base):
+    """`activate(add_fusion(...))` runs the fusion, as activating its block does; it ran the
+    base under the fusion's head, silently."""
+    batch = encode(base.tokenizer, TEXTS[:3])
+    name = model.add_fusion(Fuse("a", "c"), SEQ)
+    with torch.no_grad():
+        for site in model.adapter_sites.values():  # values far from identity: V y != y
+            for fusion in site.fusions.values():
+                torch.nn.init.normal_(fusion.value.weight, std=0.3)
+        model.activate(name)
+        by_name = model(**batch)
+        model.activate(Fuse("a", "c"))
+        by_block = model(**batch)
+        model.deactivate()
+        base_under_its_head = model.heads[name](model.encode(**batch), batch["attention_mask"])
+    assert torch.equal(by_name, by_block)
+    assert not torch.allclose(by_name, base_under_its_head, atol=1e-3)

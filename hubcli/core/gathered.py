@@ -40,6 +40,7 @@ from typing import Callable, Hashable, Iterable, NamedTuple, TypeVar
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.optim.optimizer import Optimizer, register_optimizer_step_post_hook
 
 from hubcli.core.routing import Route
 
@@ -192,6 +193,22 @@ class _Kept(NamedTuple):
         return ([id(v) for d in self.entries for v in d.values()] == self.ids
                 and [p.data_ptr() for p in self.weights] == self.ptrs
                 and [p._version for p in self.versioned] == self.versions)
+
+
+def _bump_versions_after_fused_step(optimizer: Optimizer, _args: tuple, _kwargs: dict
+                                    ) -> None:
+    """A fused optimizer step (`fused=True`: one kernel for a whole group, as the project's
+    trainer runs AdamW) writes its parameters in place without bumping their version counters,
+    which is how a kept stack, fold or table knows its weights changed (`_Kept.holds`); the
+    other step forms do bump them. So bump them here, for every fused group's parameters."""
+    fused = [p for group in optimizer.param_groups if group.get("fused")
+             for p in group["params"]]
+    if fused:
+        torch.autograd.graph.increment_version(fused)
+
+
+# process-wide, once: any optimizer may have stepped weights that something here keeps
+register_optimizer_step_post_hook(_bump_versions_after_fused_step)
 
 
 def stacks_all(used: int, present: int) -> bool:

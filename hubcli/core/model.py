@@ -114,10 +114,7 @@ class AdapterModel(RoutedPasses, nn.Module):
         for site in layernorm_sites(config.layernorm, self.num_layers, sorted(layers)):
             self.layernorm_sites[site].add(name)
         if head is not None:
-            ref = self.encoder.get_input_embeddings().weight
-            # in the model's mode: a head added to a model in eval mode must not drop out
-            self.heads[name] = build_head(self.hidden_size, head).to(device=ref.device).train(
-                self.training)
+            self.heads[name] = self._new_head(head)
         self.infos[name] = AdapterInfo(config, head)
         self._renumber()
 
@@ -157,10 +154,16 @@ class AdapterModel(RoutedPasses, nn.Module):
                 site.add(name)
             self.start_layernorm_at(name, components)
         if head is not None:
-            self.heads[name] = build_head(self.hidden_size, head).to(
-                device=self.encoder.get_input_embeddings().weight.device).train(self.training)
+            self.heads[name] = self._new_head(head)
         self.infos[name] = AdapterInfo(block, head)
         return name
+
+    def _new_head(self, head: HeadConfig) -> nn.Module:
+        """A fresh head on the base's device, in its dtype (a model made half runs halves), and
+        in the model's mode: a head added to a model in eval mode must not drop out."""
+        ref = self.encoder.get_input_embeddings().weight
+        return build_head(self.hidden_size, head).to(device=ref.device, dtype=ref.dtype).train(
+            self.training)
 
     def start_layernorm_at(self, name: str, components: Iterable[str], *,
                            base_where_absent: bool = False) -> None:
@@ -248,7 +251,8 @@ class AdapterModel(RoutedPasses, nn.Module):
 
     def activate(self, block: Block) -> None:
         """Route the forward pass through adapter `block` (its adapters, deltas and head), or a
-        Stack or Fuse of loaded adapters (see `composition.py`).
+        Stack or Fuse of loaded adapters (see `composition.py`), or a fusion or composition by
+        its name (`add_fusion`, `name_composition`).
 
         Raises:
             AdapterError: a name, or a fusion, that is not loaded; a Parallel block (use
@@ -257,8 +261,10 @@ class AdapterModel(RoutedPasses, nn.Module):
         if isinstance(block, Parallel):
             raise AdapterError(f"{block} yields one output per adapter and cannot be activated",
                                hint="use forward_parallel(), or AdapterHub.predict(compose=...)")
-        if isinstance(block, str):
-            block = self.compositions.get(block, block)
+        if isinstance(block, str):  # a composition's or a fusion's name: its block
+            info = self.infos.get(block)
+            block = self.compositions.get(block, info.config if info is not None
+                                          and isinstance(info.config, Fuse) else block)
         for n in names_in(block):
             self._require(n)
         for fusion in fusions_in(block):
