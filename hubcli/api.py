@@ -11,8 +11,9 @@
 
 A list of adapters (one per text) runs in one routed pass per batch: each row through its own
 adapter, however many are mixed. `Parallel` runs the layers below all of its adapters once
-and each adapter from there (`AdapterModel.forward_parallel`). Every load goes through the
-same verification as `hub predict`.
+and each adapter from there (`AdapterModel.forward_parallel`). A composed adapter (a fusion,
+a stack) is not routed row by row: its texts run in passes of its own, beside the others'.
+Every load goes through the same verification as `hub predict`.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from hubcli.format.manifest import MANIFEST
 from hubcli.format.vocab import BASE, DEFAULT_MAX_LENGTH
-from hubcli.core.composition import Parallel, Stack, owner
+from hubcli.core.composition import Fuse, Parallel, Stack, owner
 
 if TYPE_CHECKING:
     from hubcli.local.inference import RowGroup
@@ -50,7 +52,8 @@ class AdapterHub:
         self.model = AdapterModel(self.base.encoder)
         self.model.to(where)  # adapters and heads added later are made beside the base
         self.model.eval()
-        self.manifests: dict[str, dict] = {}
+        self.manifests: dict[str, dict] = {}  # every adapter usable by name, components too
+        self.active: str | None = None
         self.notify = notify
 
     def load(self, directory: str | Path, *, name: str | None = None,
@@ -76,68 +79,144 @@ class AdapterHub:
         """
         from hubcli.local.attach import attach
 
-        manifest = attach(self.model, self.base.info, bundle, name=name,
-                          allow_base_mismatch=allow_base_mismatch, notify=self.notify)
-        name = name or manifest["name"]
-        self.manifests[name] = manifest
-        self.activate(name)
-        return name
+        manifest = bundle.manifest
+        if self.model.sources.get(name or manifest["name"]) != bundle.digests[MANIFEST]:
+            # else attached already, as a component of one loaded before: shared
+            attach(self.model, self.base.info, bundle, name=name,
+                   allow_base_mismatch=allow_base_mismatch, notify=self.notify)
+        self._record(bundle, name or manifest["name"])
+        self.activate(name or manifest["name"])
+        return name or manifest["name"]
+
+    def _record(self, bundle: VerifiedBundle, name: str) -> None:
+        """`bundle`'s manifest under `name`, its components' under theirs: each is attached
+        by `attach`, and usable by name."""
+        for component in bundle.components:
+            self._record(component, component.manifest["name"])
+        self.manifests[name] = bundle.manifest
 
     def activate(self, name: str) -> None:
+        """Predict with adapter `name` (a composed one too) when `predict` names none.
+
+        Raises:
+            AdapterError: no such adapter."""
+        self._manifest(name)
         self.model.activate(name)
+        self.active = name
 
     def deactivate(self) -> None:
         self.model.deactivate()
+        self.active = None
 
     def remove(self, name: str) -> None:
         self.model.remove_adapter(name)
         self.manifests.pop(name, None)
+        if self.active == name:
+            self.active = None
 
     @property
     def adapters(self) -> list[str]:
-        return self.model.adapter_names()
+        """The adapters `predict` takes by name: each loaded, and its components."""
+        return list(self.manifests)
 
     def predict(self, texts: list[str], *, adapter: str | list[str] | None = None,
-                compose: Parallel | Stack | None = None) -> list[dict]:
+                compose: Parallel | Stack | Fuse | None = None) -> list[dict]:
         """Predictions for raw input lines: of `adapter` (default: the active one); with a list,
         text i through adapter[i]; with `compose=Parallel(...)`, {adapter: prediction} for
-        every text; with `compose=Stack(...)`, the stack (its top adapter's head).
+        every text; with `compose=Stack(...)` or `Fuse(...)`, the block (its owner's head).
 
         Raises:
+            TypeError: `texts` is one string, not a list of them.
             AdapterError: no such adapter, none active, the list's length differs from the
-                texts', or both `adapter` and `compose` given.
+                texts', both `adapter` and `compose` given, or `compose` is not a block.
         """
         from hubcli.errors import AdapterError
-        from hubcli.local.inference import Predictor, run_parallel, run_routed
 
+        if isinstance(texts, str):
+            raise TypeError("texts is one string: pass a list of texts ([text] for one)")
         if adapter is not None and compose is not None:
             raise AdapterError("adapter= and compose= both given",
                                hint="pass one: adapter= for the texts' adapters, compose= for "
                                     "a block every text goes through")
+        if compose is not None and not isinstance(compose, Parallel | Stack | Fuse):
+            raise AdapterError(f"compose= takes a Parallel, Stack or Fuse, not {compose!r}",
+                               hint="e.g. compose=Parallel(\"sst2\", \"ner\"); for one "
+                                    "adapter per text, adapter=[...]")
         if isinstance(compose, Parallel):
-            groups = [self._group(n, texts, range(j * len(texts), (j + 1) * len(texts)))
-                      for j, n in enumerate(compose.children)]
-            flat = run_parallel(self.model, self.base.tokenizer, groups)
-            return [{n: flat[j * len(texts) + i] for j, n in enumerate(compose.children)}
-                    for i in range(len(texts))]
-        if isinstance(adapter, list):
+            return self._parallel(list(texts), compose)
+        if isinstance(adapter, list | tuple):
             if len(adapter) != len(texts):
                 raise AdapterError(f"{len(adapter)} adapters for {len(texts)} texts",
                                    hint="pass one adapter name per text")
-            rows: dict[str, list[int]] = {}
-            for i, n in enumerate(adapter):
-                rows.setdefault(n, []).append(i)
-            groups = [self._group(n, [texts[i] for i in pos], pos) for n, pos in rows.items()]
-            return run_routed(self.model, self.base.tokenizer, groups)
-        name = owner(compose) if compose is not None else adapter or self.model.active
+            return self._each(list(texts), list(adapter))
+        if compose is not None:
+            return self._through(list(texts), owner(compose), compose)
+        name = adapter or self.active
         if name is None:
             raise AdapterError("no adapter is active", hint="load() one or pass adapter=NAME")
-        self.model.activate(compose if compose is not None else name)
+        if name == BASE:
+            return self._each(list(texts), [BASE] * len(texts))
+        return self._through(list(texts), name, name)
+
+    def _composed(self, name: str) -> bool:
+        """True for a fusion or a stack: its rows cannot be routed with others'."""
+        info = self.model.infos.get(name)
+        return name in self.model.compositions or (info is not None
+                                                    and isinstance(info.config, Fuse))
+
+    def _through(self, texts: list[str], name: str, block) -> list[dict]:
+        """Every text through `block`, activated, predicting with adapter `name`'s head."""
+        from hubcli.local.inference import Predictor
+
         m = self._manifest(name)
+        self.model.activate(block)
         task = self._task(m)
         predictor = Predictor(self.model, self.base.tokenizer, task, list(m["head"]["labels"]),
-                              int(m["training"].get("max_length", DEFAULT_MAX_LENGTH)), m, Path("."))
+                              int(m["training"].get("max_length", DEFAULT_MAX_LENGTH)), m,
+                              Path("."))
         return predictor.predict([task.parse_input(t) for t in texts])
+
+    def _each(self, texts: list[str], adapters: list[str]) -> list[dict]:
+        """Text i through adapters[i]: the single adapters' texts in one routed pass per batch,
+        each composed adapter's in passes of its own."""
+        from hubcli.local.inference import run_routed
+
+        rows: dict[str, list[int]] = {}
+        for i, n in enumerate(adapters):
+            rows.setdefault(n, []).append(i)
+        routed = [(n, pos) for n, pos in rows.items() if not self._composed(n)]
+        results: list = [None] * len(texts)
+        groups, start = [], 0
+        for n, pos in routed:  # numbered from 0 in this order: run_routed's positions
+            groups.append(self._group(n, [texts[i] for i in pos], range(start, start + len(pos))))
+            start += len(pos)
+        if groups:
+            order = [i for _, pos in routed for i in pos]
+            for i, pred in zip(order, run_routed(self.model, self.base.tokenizer, groups)):
+                results[i] = pred
+        for n, pos in rows.items():
+            if self._composed(n):
+                for i, pred in zip(pos, self._through([texts[i] for i in pos], n, n)):
+                    results[i] = pred
+        return results
+
+    def _parallel(self, texts: list[str], block: Parallel) -> list[dict]:
+        """{adapter: prediction} for every text: the single adapters as one Parallel (two at
+        least), each composed one (or a lone single one) in passes of its own."""
+        from hubcli.local.inference import run_parallel
+
+        single = [n for n in block.children if not self._composed(n)]
+        by_adapter: dict[str, list[dict]] = {}
+        if len(single) > 1:
+            groups = [self._group(n, texts, range(j * len(texts), (j + 1) * len(texts)))
+                      for j, n in enumerate(single)]
+            flat = run_parallel(self.model, self.base.tokenizer, groups)
+            by_adapter = {n: flat[j * len(texts):(j + 1) * len(texts)]
+                          for j, n in enumerate(single)}
+        for n in block.children:
+            if n not in by_adapter:
+                by_adapter[n] = self._through(texts, n, n)
+        return [{n: by_adapter[n][i] for n in block.children} for i in range(len(texts))]
 
     def _manifest(self, name: str) -> dict:
         if name not in self.manifests:

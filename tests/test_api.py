@@ -139,3 +139,28 @@ def test_base_rows_get_the_base_sentence_embedding_beside_adapter_rows(three_ada
         expected = torch.nn.functional.normalize(mean, dim=0).tolist()
         assert len(mixed[i]["embedding"]) == len(expected) == 32
         assert all(abs(a - b) <= 1e-5 for a, b in zip(mixed[i]["embedding"], expected))
+
+
+def test_predicts_wrong_shapes_of_input_are_refused_and_base_is_reserved(tiny_base_dir, tmp_path):
+    """One string is not a list of texts (it was predicted character by character); a tuple
+    of adapters is a list; compose= takes a block; `__base__` names the base, by itself too,
+    and no adapter may take it."""
+    from hubcli.core.composition import Parallel
+    from hubcli.format.vocab import BASE
+
+    train_tsv, _ = sample_dataset()
+    train(TrainSettings(train=train_tsv, out=tmp_path / "sst", base=str(tiny_base_dir),
+                        epochs=1, bottleneck=4, max_length=32, quiet=True), log=lambda _m: None)
+    hub = AdapterHub(str(tiny_base_dir))
+    hub.load(tmp_path / "sst")
+    with pytest.raises(TypeError, match="texts is one string"):
+        hub.predict("the soup was cold")
+    assert hub.predict(["a", "b"], adapter=("sst", BASE)) == hub.predict(["a", "b"],
+                                                                         adapter=["sst", BASE])
+    with pytest.raises(AdapterError, match="compose= takes a Parallel, Stack or Fuse"):
+        hub.predict(["a"], compose=["sst", BASE])
+    assert hub.predict(["a"], adapter=BASE) == hub.predict(["a"], adapter=[BASE])
+    with pytest.raises(AdapterError, match="__base__ is reserved"):
+        hub.load(tmp_path / "sst", name=BASE)
+    assert hub.predict(["a"], compose=Parallel("sst", BASE))[0][BASE] == hub.predict(
+        ["a"], adapter=BASE)[0]

@@ -311,3 +311,19 @@ def test_auto_precision_follows_the_cpu(monkeypatch):
         assert lin(torch.ones(2, 4)).dtype == torch.bfloat16
     with precision.autocast("fp32"):
         assert lin(torch.ones(2, 4)).dtype == torch.float32
+
+
+@pytest.mark.parametrize("options, refused", [
+    (["--rank", 4], "--rank 4: is for --method lora, and this trains --method houlsby"),
+    (["--method", "lora", "--bottleneck", 16],
+     "--bottleneck 16: is for --method houlsby, and this trains --method lora"),
+    (["--method", "lora", "--layernorm", "own-layers"],
+     "--layernorm own-layers: is for --method houlsby, and this trains --method lora")])
+def test_the_other_methods_options_are_refused_not_ignored(tmp_path, options, refused):
+    """`--rank` without `--method lora` trained a Houlsby adapter, and LoRA ignored Houlsby's
+    options, silently."""
+    train, _ = sample_dataset()
+    result = run("train", *options, "--train", train, "--out", tmp_path / "x")
+    assert result.exit_code != 0
+    assert f"error: {refused}" in result.output.splitlines()
+    assert not (tmp_path / "x").exists()

@@ -12,7 +12,7 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file
 
-from factories import make_adapter_dir, requirement
+from factories import close, make_adapter_dir, requirement
 from hubcli.cli.main import cli
 from hubcli.data import sample_dataset
 from hubcli.errors import BaseMismatchError, ComponentError
@@ -290,3 +290,53 @@ def test_a_fusion_starts_from_the_one_component_with_its_labels(tiny_base_dir):
     assert same_head(model, [_component("ho"), _component("fz")], sentiment) == [("fz", own)]
     assert same_head(model, [_component("lo"), _component("fz")], sentiment) == [
         ("lo", "lo"), ("fz", own)]
+
+
+def _fresh(folder):
+    """A hub over the base `folder`'s adapter was trained on, with it loaded alone."""
+    from hubcli.api import AdapterHub
+
+    hub = AdapterHub(manifest_io.read(folder)["base_model"]["name"])
+    hub.load(folder)
+    return hub
+
+
+def test_a_loaded_fusion_and_its_components_predict_by_name_alone_and_mixed(runs):
+    """After load(fusion): predict() runs the fusion (it asked for a model-internal name),
+    its components are usable by name, and a per-text list or a Parallel mixing the fusion,
+    a component and __base__ gives what each gives alone (a fusion's rows run apart)."""
+    from hubcli.core.composition import Parallel
+    from hubcli.format.vocab import BASE
+
+    texts = ["a gripping film", "dull", "fine"]
+    hub = _fresh(runs / "fusion")
+    assert hub.adapters == [*COMPONENTS, "fusion"]
+    fused = hub.predict(texts)
+    assert fused == hub.predict(texts, adapter="fusion")
+    alone = {"fusion": fused, "sst-a": _fresh(runs / "sst-a").predict(texts),
+             BASE: hub.predict(texts, adapter=BASE)}
+    assert hub.predict(texts, adapter="sst-a") == alone["sst-a"]
+    mixed = hub.predict(texts, adapter=["fusion", "sst-a", BASE])
+    for i, n in enumerate(["fusion", "sst-a", BASE]):
+        assert close(mixed[i], alone[n][i]), n
+    both = hub.predict(texts, compose=Parallel("sst-a", "fusion"))
+    for i in range(len(texts)):
+        assert close(both[i]["sst-a"], alone["sst-a"][i])
+        assert both[i]["fusion"] == alone["fusion"][i]
+
+
+@pytest.mark.parametrize("order", [("stacked", "sst-a"), ("sst-a", "stacked"),
+                                   ("fusion", "sst-b")])
+def test_predict_a_runs_composed_adapters_beside_their_components(runs, order):
+    """`hub predict -a` with a stacked adapter and the one it is stacked on (either order:
+    the component is shared, not attached twice), or a fusion and a component: every text
+    through each, as each alone predicts it."""
+    texts = ["a gripping film", "dull"]
+    args = [a for n in order for a in ("-a", runs / n)]
+    r = run("predict", *args, *texts, "--json")
+    assert r.exit_code == 0, r.output
+    lines = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    for n in order:
+        alone = _fresh(runs / n).predict(texts)
+        got = [line for line in lines if line.get("adapter") == n]
+        assert [g["label"] for g in got] == [a["label"] for a in alone], (n, r.stdout)

@@ -176,10 +176,30 @@ def train_cmd(train_path, fmt, text_column, text_pair_column, label_column, laye
     """Train an adapter (Houlsby, or LoRA with --method lora) on a frozen base model."""
     from hubcli.local.train import TrainSettings
 
+    _refuse_the_other_methods_options(opts["method"], opts)
     s = TrainSettings(train=train_path, fmt=fmt, layers=parse_layers(layers),
                       columns=columns(text_column, text_pair_column, label_column),
                       **({"compose": "stack", "components": (stack,)} if stack else {}), **opts)
     _train_and_report(s, as_json, nproc)
+
+
+# the options only one method reads: given with the other, they would be ignored
+METHOD_OPTIONS = {"houlsby": ("bottleneck", "reads", "skip", "layernorm", "init_scale"),
+                  "lora": ("rank", "alpha")}
+
+
+def _refuse_the_other_methods_options(method: str, opts: dict) -> None:
+    """Raises OptionError: an option of the other method given (on the command line or from
+    the environment), which this one would silently ignore."""
+    ctx = click.get_current_context()
+    for other, names in METHOD_OPTIONS.items():
+        for name in names if other != method else ():
+            if ctx.get_parameter_source(name) in (click.core.ParameterSource.COMMANDLINE,
+                                                  click.core.ParameterSource.ENVIRONMENT):
+                flag = "--" + name.replace("_", "-")
+                raise OptionError(flag, opts[name], f"is for --method {other}, and this "
+                                  f"trains --method {method}",
+                                  hint=f"add --method {other}, or leave {flag} out")
 
 
 @click.command("fuse")

@@ -23,6 +23,7 @@ from hubcli.core.names import AdapterTable
 from hubcli.core.passes import RoutedPasses
 from hubcli.core.targets import targets_for
 from hubcli.format.spec import EXTRA_LAYERNORMS, layernorm_sites
+from hubcli.format.vocab import BASE
 from hubcli.errors import AdapterError
 
 
@@ -101,12 +102,15 @@ class AdapterModel(RoutedPasses, nn.Module):
         exactly the identity for LoRA), with zero deltas on the LayerNorms it trains.
 
         Raises:
-            AdapterError: `name` exists already.
+            AdapterError: `name` exists already, or is `BASE` (reserved).
             ValueError: a layer index out of range.
         """
         if name in self.infos:
             raise AdapterError(f"an adapter named {name!r} is already loaded",
                                hint="remove it first or pick another name")
+        if name == BASE:
+            raise AdapterError(f"{BASE} is reserved: it routes a row to the untouched base",
+                               hint="pick another name")
         layers = set(config.resolved_layers(self.num_layers))
         for (i, placement), site in self.adapter_sites.items():
             if i in layers and placement in config.placement:

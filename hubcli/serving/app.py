@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from hubcli.errors import HubError
 from hubcli.serving.pool import Pool
@@ -20,7 +20,7 @@ from hubcli.serving.service import (BODY_HINT, RETRY_AFTER_S, ServeSettings, Ser
 
 class PredictRequest(BaseModel):
     adapter: str
-    inputs: list[str]
+    inputs: list[str] = Field(min_length=1)  # none: nothing to predict, a client's slip
 
 
 class PredictResponse(BaseModel):

@@ -24,7 +24,7 @@ import signal
 import threading
 from typing import Callable
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from ray import serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -39,7 +39,7 @@ HEADER = "serve_multiplexed_model_id"
 
 
 class Inputs(BaseModel):
-    inputs: list[str]
+    inputs: list[str] = Field(min_length=1)
     adapter: str | None = None  # `hub serve`'s body; the header wins
 
 
