@@ -240,9 +240,11 @@ class AdapterHub:
                             list(positions))
         m = self._manifest(name)
         task = self._task(m)
+        examples = [task.parse_input(t) for t in texts]
+        task.check_inputs(examples, m, name)
         return RowGroup(name, task, list(m["head"]["labels"]),
-                        int(m["training"].get("max_length", DEFAULT_MAX_LENGTH)),
-                        [task.parse_input(t) for t in texts], list(positions))
+                        int(m["training"].get("max_length", DEFAULT_MAX_LENGTH)), examples,
+                        list(positions))
 
 
 def predict_each(folders: list[Path], texts: list[str], *, base: str | None = None,

@@ -22,16 +22,23 @@ def run(*args, input=None):
 
 @pytest.fixture(scope="module")
 def adapter(tiny_base_dir, tmp_path_factory):
-    """A tiny sentiment adapter trained here (so it attaches unsigned) and its HUB_HOME."""
+    """Tiny sentiment adapters trained here (so they attach unsigned), on single texts and on
+    sentence pairs (each line's sentence with the next's), and their HUB_HOME."""
     home = tmp_path_factory.mktemp("predict_home")
-    out = tmp_path_factory.mktemp("runs") / "tiny-sst"
+    runs = tmp_path_factory.mktemp("runs")
     train, _ = sample_dataset()
+    rows = [line.split("\t") for line in train.read_text().splitlines()[1:]]
+    pairs = runs / "pairs.tsv"
+    pairs.write_text("sentence1\tsentence2\tlabel\n" + "".join(
+        f"{a[0]}\t{b[0]}\t{a[1]}\n" for a, b in zip(rows, rows[1:])))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HUB_HOME", str(home))
-        result = run("train", "--base", tiny_base_dir, "--train", train, "--out", out,
-                     "--epochs", 1, "--bottleneck", 8, "--max-length", 32, "--quiet")
-        assert result.exit_code == 0, result.output
-    return out, home
+        for name, data in (("tiny-sst", train), ("tiny-pairs", pairs)):
+            result = run("train", "--base", tiny_base_dir, "--train", data,
+                         "--out", runs / name, "--epochs", 1, "--bottleneck", 8,
+                         "--max-length", 32, "--quiet")
+            assert result.exit_code == 0, result.output
+    return runs / "tiny-sst", home
 
 
 @pytest.fixture
@@ -41,13 +48,55 @@ def folder(adapter, monkeypatch):
     return out
 
 
-def test_pair_flag_equals_a_tab_on_stdin(folder):
-    flag = run("predict", folder, "a gripping film", "--pair", "the plot was dull", "--json")
-    tab = run("predict", folder, "--json", input="a gripping film\tthe plot was dull\n")
-    alone = run("predict", folder, "a gripping film", "--json")
-    assert flag.exit_code == tab.exit_code == alone.exit_code == 0, flag.output
+@pytest.fixture
+def pairs_folder(folder):
+    return folder.parent / "tiny-pairs"
+
+
+def test_pair_flag_equals_a_tab_on_stdin(pairs_folder):
+    flag = run("predict", pairs_folder, "a gripping film", "--pair", "the plot was dull",
+               "--json")
+    tab = run("predict", pairs_folder, "--json", input="a gripping film\tthe plot was dull\n")
+    other = run("predict", pairs_folder, "a gripping film", "--pair", "i loved it", "--json")
+    assert flag.exit_code == tab.exit_code == other.exit_code == 0, flag.output
     assert json.loads(flag.stdout)["score"] == json.loads(tab.stdout)["score"]
-    assert json.loads(flag.stdout)["score"] != json.loads(alone.stdout)["score"]
+    assert json.loads(flag.stdout)["score"] != json.loads(other.stdout)["score"]
+
+
+@pytest.mark.parametrize("pairs, args, stdin, first_line", [
+    (False, ["a film", "--pair", "x"], None, "error: input 1 has a second text (--pair, or a "
+     "TAB in the line), and tiny-sst was trained on single texts"),
+    (False, [], "a film\nfine\tdull\n", "error: input 2 has a second text (--pair, or a TAB "
+     "in the line), and tiny-sst was trained on single texts"),
+    (True, ["a film"], None, "error: input 1 is one text, and tiny-pairs was trained on "
+     "sentence pairs")])
+def test_the_texts_an_adapter_was_not_trained_on_are_refused(folder, pairs_folder, pairs, args,
+                                                              stdin, first_line):
+    """A pair given to an adapter trained on single texts, or a single text to one trained on
+    pairs, was predicted silently (as something the adapter never saw)."""
+    result = run("predict", pairs_folder if pairs else folder, *args, input=stdin)
+    assert result.exit_code == 1
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == \
+        [first_line]
+
+
+def test_adapters_that_do_not_record_their_texts_take_either(folder, tmp_path):
+    """A manifest written before `training.text_pairs` was recorded is not checked."""
+    from hubcli.api import AdapterHub
+    from hubcli.errors import UsageError
+    from hubcli.format import manifest as manifest_io
+
+    old = tmp_path / "old"
+    shutil.copytree(folder, old)
+    m = manifest_io.read(old)
+    del m["training"]["text_pairs"]
+    (old / "manifest.json").write_text(json.dumps(m))
+    hub = AdapterHub(m["base_model"]["name"])
+    hub.load(old, allow_unsigned=True)
+    assert len(hub.predict(["a film", "a film\tdull"])) == 2
+    hub.load(folder, name="new", allow_unsigned=True)
+    with pytest.raises(UsageError, match="input 1 has a second text"):
+        hub.predict(["a film\tdull"], adapter="new")
 
 
 @pytest.mark.parametrize("args, first_line", [

@@ -198,6 +198,13 @@ class Predictor:
     source: Path
 
     def predict(self, examples: list) -> list[dict]:
+        """One prediction per example.
+
+        Raises:
+            UsageError: an input the adapter was not trained to take (`Task.check_inputs`).
+        """
+        self.task.check_inputs(examples, self.manifest, (self.manifest or {}).get(
+            "name", str(self.source)))
         feats = self.task.encode(examples, self.tokenizer, self.labels, self.max_length,
                                  with_targets=False)
         return run_model(self.model, self.task, feats, examples, self.labels)

@@ -174,6 +174,16 @@ def train(s: TrainSettings, log: Callable[[str], None] = print) -> TrainResult:
         distributed.stop(group)
 
 
+def _text_pairs(task, train_ex) -> bool | None:
+    """Whether a sentence task's training examples were pairs (a file has a pair column or
+    none), for `hub predict` to refuse the wrong number of texts; None for other tasks. A
+    stream (`TrainStream`) is asked for its first example again."""
+    if task.second_input != "pair":
+        return None
+    first = next(iter(train_ex.read() if hasattr(train_ex, "read") else train_ex), None)
+    return first is not None and first.pair is not None
+
+
 def _train(s: TrainSettings, task, train_ex, val_ex: list, labels: list[str],
            group: distributed.Group, log: Callable[[str], None], components: list
            ) -> TrainResult:
@@ -212,7 +222,8 @@ def _train(s: TrainSettings, task, train_ex, val_ex: list, labels: list[str],
         digests = {"train_data": data_digest(s.train, source.examples, s.fmt)}
         if s.validation:
             digests["validation_data"] = data_digest(s.validation, len(val_ex), s.fmt)
-        manifest = run.save(history, best, trainer.p.step, digests, processes=group.world)
+        manifest = run.save(history, best, trainer.p.step, digests, processes=group.world,
+                            text_pairs=_text_pairs(task, train_ex))
         checkpoint.path_for(s.out).unlink(missing_ok=True)  # the run is complete
     return TrainResult(Path(s.out), history, best and best["epoch"], best,
                        run.parameter_counts(), speed, manifest)
@@ -307,7 +318,8 @@ class _Run:
         else:
             self.model.load_adapter_state(self.own, state)
 
-    def save(self, history, best, steps: int, digests, *, processes: int = 1) -> dict | None:
+    def save(self, history, best, steps: int, digests, *, processes: int = 1,
+             text_pairs: bool | None = None) -> dict | None:
         from hubcli.local.adapterdir import framework_versions, now_iso, write_adapter_dir
         from hubcli.local.finetune_dir import write_finetune_dir
 
@@ -320,7 +332,8 @@ class _Run:
                     "batch_size": s.batch_size, "max_length": s.max_length, "seed": s.seed,
                     "warmup_ratio": s.warmup_ratio, "precision": s.precision,
                     "device": device.kind(s.device), "optimizer": "AdamW",
-                    "schedule": "linear warmup then linear decay", **digests}
+                    "schedule": "linear warmup then linear decay", **digests,
+                    **({} if text_pairs is None else {"text_pairs": text_pairs})}
         metrics = {"primary": self.task.primary_metric, "validation": history}
         if best is not None:
             metrics["best"] = {k: v for k, v in best.items() if k not in ("epoch", "step")}

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hubcli.errors import UsageError
 from hubcli.tasks.base import SEQUENCE_KEYS, Columns, Task
 from hubcli.tasks.tabular import FORMATS, read_rows
 
@@ -81,6 +82,22 @@ class SentenceTask(Task):
             return SentenceExample(line, second)
         text, tab, pair = line.partition("\t")
         return SentenceExample(text, pair if tab else None)
+
+    def check_inputs(self, examples: list[SentenceExample], manifest: dict | None,
+                     name: str) -> None:
+        """Raises UsageError: a single text where adapter `name` was trained on sentence
+        pairs, or a pair where it was trained on single texts (the manifest's
+        `training.text_pairs`; none checked where it is not recorded)."""
+        pairs = ((manifest or {}).get("training") or {}).get("text_pairs")
+        for number, example in enumerate(examples, 1):
+            if pairs is True and example.pair is None:
+                raise UsageError(f"input {number} is one text, and {name} was trained on "
+                                 "sentence pairs", hint="give the second text with --pair "
+                                 "TEXT, or lines of TEXT<TAB>PAIR")
+            if pairs is False and example.pair is not None:
+                raise UsageError(f"input {number} has a second text (--pair, or a TAB in the "
+                                 f"line), and {name} was trained on single texts",
+                                 hint="leave --pair out, and any TAB out of the line")
 
     @abstractmethod
     def _parse_label(self, raw: Any, path: Path, line: int) -> str | float:
