@@ -126,14 +126,20 @@ class AdapterHub:
         every text; with `compose=Stack(...)` or `Fuse(...)`, the block (its owner's head).
 
         Raises:
-            TypeError: `texts` is one string, not a list of them.
+            TypeError: `texts` is one string, not a list of them, or holds something else.
+            UsageError: a text is blank (nothing to predict from).
             AdapterError: no such adapter, none active, the list's length differs from the
                 texts', both `adapter` and `compose` given, or `compose` is not a block.
         """
-        from hubcli.errors import AdapterError
+        from hubcli.errors import AdapterError, UsageError
 
         if isinstance(texts, str):
             raise TypeError("texts is one string: pass a list of texts ([text] for one)")
+        for number, text in enumerate(texts, 1):
+            if not isinstance(text, str):
+                raise TypeError(f"text {number} is a {type(text).__name__}, not a string")
+            if not text.strip():
+                raise UsageError(f"text {number} is blank", hint="give each text some words")
         if adapter is not None and compose is not None:
             raise AdapterError("adapter= and compose= both given",
                                hint="pass one: adapter= for the texts' adapters, compose= for "

@@ -9,7 +9,7 @@ from factories import close
 
 from hubcli.api import AdapterHub
 from hubcli.data import ner_sample, sample_dataset
-from hubcli.errors import AdapterError
+from hubcli.errors import AdapterError, UsageError
 from hubcli.local.train import TrainSettings, train
 
 
@@ -155,6 +155,10 @@ def test_predicts_wrong_shapes_of_input_are_refused_and_base_is_reserved(tiny_ba
     hub.load(tmp_path / "sst")
     with pytest.raises(TypeError, match="texts is one string"):
         hub.predict("the soup was cold")
+    with pytest.raises(TypeError, match="text 2 is a NoneType, not a string"):
+        hub.predict(["fine", None])
+    with pytest.raises(UsageError, match="text 2 is blank"):  # predicted as if it said something
+        hub.predict(["fine", " "], adapter=["sst", BASE])
     assert hub.predict(["a", "b"], adapter=("sst", BASE)) == hub.predict(["a", "b"],
                                                                          adapter=["sst", BASE])
     with pytest.raises(AdapterError, match="compose= takes a Parallel, Stack or Fuse"):

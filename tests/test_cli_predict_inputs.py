@@ -152,3 +152,12 @@ def test_several_adapters_each_given_once_and_no_folder_read_as_a_text(folder, t
     base = run("predict", "-a", folder, "-a", "__base__", "a gripping film")
     assert base.exit_code != 0 and "error: __base__ (the untouched base) routes rows in " \
         "Python, it is not an adapter to load" in base.stderr
+
+
+@pytest.mark.parametrize("texts", [["a film", ""], ["  "]])
+def test_a_blank_text_is_refused_by_its_number(folder, texts):
+    """An empty text was predicted as if it said something."""
+    for adapters in ([folder], ["-a", folder]):
+        result = run("predict", *adapters, *texts)
+        assert result.exit_code == 1
+        assert f"error: text {len(texts)} is blank" in result.stderr.splitlines()

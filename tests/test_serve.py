@@ -140,6 +140,7 @@ def test_adapters_health_and_ready(url, adapters):
     (b'{"adapter": "sst"}', 422, "inputs: Field required"),
     (b'{"adapter": "sst", "inputs": []}', 422,
      "inputs: List should have at least 1 item after validation, not 0"),
+    (b'{"adapter": "__base__", "inputs": ["fine", "  "]}', 422, "text 2 is blank"),
     (b'{"adapter": "nope", "inputs": ["x"]}', 404, "no adapter named 'nope' is served"),
     (b'{"adapter": "__base__", "inputs": ' + b'["x"' + b', "x"' * 64 + b"]}", 413,
      "65 inputs exceed the limit of 64 per request"),

@@ -15,14 +15,18 @@ _HINT = "give UTF-8 text (e.g. convert with `iconv -f latin1 -t utf-8`)"
 
 
 def checked_texts(texts: list[str]) -> list[str]:
-    """`texts` from the command line, each checked to be UTF-8. Python hands over undecodable
-    argument bytes as lone surrogates (PEP 383), which the tokenizer would refuse with a
-    TypeError.
+    """`texts` from the command line, each checked to be UTF-8 and not blank. Python hands
+    over undecodable argument bytes as lone surrogates (PEP 383), which the tokenizer would
+    refuse with a TypeError.
 
     Raises:
-        UsageError: a text held bytes that are not UTF-8 (names the text and the byte).
+        UsageError: a text held bytes that are not UTF-8 (names the text and the byte), or
+            nothing but spaces.
     """
     for number, text in enumerate(texts, 1):
+        if not text.strip():
+            raise UsageError(f"text {number} is blank", hint="give each text some words, or "
+                             "leave it out")
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as e:

@@ -295,7 +295,8 @@ def eval_cmd(adapter, data, fmt, text_column, text_pair_column, label_column, as
               show_default=True, help="onnx: run the adapter's ONNX export under onnxruntime "
               "(exported once and cached; needs the [onnx] extra)")
 @device_option("cpu", "; the torch runtime")
-@click.option("--json", "as_json", is_flag=True, help="one JSON object per input line")
+@click.option("--json", "as_json", is_flag=True,
+              help="one JSON object per text (blank lines on stdin are skipped)")
 def predict_cmd(args, adapters, pair, context, runtime, device, as_json, **attach) -> None:
     """Predict with an adapter: hub predict [ADAPTER] [TEXT...] (texts also from stdin).
 
