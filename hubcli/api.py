@@ -157,7 +157,7 @@ class AdapterHub:
             return self._each(list(texts), list(adapter))
         if compose is not None:
             return self._through(list(texts), owner(compose), compose)
-        name = adapter or self.active
+        name = self.active if adapter is None else adapter
         if name is None:
             raise AdapterError("no adapter is active", hint="load() one or pass adapter=NAME")
         if name == BASE:

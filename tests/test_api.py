@@ -164,6 +164,8 @@ def test_predicts_wrong_shapes_of_input_are_refused_and_base_is_reserved(tiny_ba
     with pytest.raises(AdapterError, match="compose= takes a Parallel, Stack or Fuse"):
         hub.predict(["a"], compose=["sst", BASE])
     assert hub.predict(["a"], adapter=BASE) == hub.predict(["a"], adapter=[BASE])
+    with pytest.raises(AdapterError, match="no adapter named ''"):  # not the active one
+        hub.predict(["a"], adapter="")
     with pytest.raises(AdapterError, match="__base__ is reserved"):
         hub.load(tmp_path / "sst", name=BASE)
     assert hub.predict(["a"], compose=Parallel("sst", BASE))[0][BASE] == hub.predict(

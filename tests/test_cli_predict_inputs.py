@@ -132,23 +132,28 @@ def test_a_very_long_line_is_cut_with_a_warning_and_a_capped_echo(folder):
 def test_several_adapters_each_given_once_and_no_folder_read_as_a_text(folder, tmp_path):
     """With -a every argument is a text: a folder there is refused, not predicted on; a folder
     given twice (any spelling), or two adapters of one name, are refused with what to do."""
-    for args in ([folder, "-a", folder, "a gripping film"],
-                 ["-a", folder, "a gripping film", folder]):
+    copy = tmp_path / "elsewhere" / folder.name
+    shutil.copytree(folder, copy)
+    for args, hint in (([folder, "-a", folder, "a gripping film"], f"leave {folder} out"),
+                       (["-a", folder, "a gripping film", folder], f"leave {folder} out"),
+                       (["-a", folder, "a gripping film", copy], f"give it as -a {copy} too")):
         as_text = run("predict", *args)
         assert as_text.exit_code != 0
-        assert f"error: {folder} is an adapter folder, and with --adapter/-a every argument " \
-               "is a text" in as_text.stderr and f"-a {folder} too" in as_text.stderr
+        assert f"error: {args[-1] if args[0] == '-a' else folder} is an adapter folder, and " \
+               "with --adapter/-a every argument is a text" in as_text.stderr
+        assert hint in as_text.stderr
     same = run("predict", "-a", "me/sst", "-a", "me/sst", "a gripping film")  # nothing pulled
     assert same.exit_code != 0 and "error: me/sst is given twice" in same.stderr
     twice = run("predict", "-a", folder, "-a", f"{folder}/../{folder.name}", "a gripping film")
     assert twice.exit_code == 1 and f"error: {folder}/../{folder.name} is given twice" \
         in twice.stderr and "give each adapter once" in twice.stderr
-    copy = tmp_path / "elsewhere" / folder.name
-    shutil.copytree(folder, copy)
     same_name = run("predict", "-a", folder, "-a", copy, "a gripping film")
     assert same_name.exit_code == 1
     assert f"error: {folder} and {copy} are both adapter '{folder.name}'" in same_name.stderr
     assert "--name" in same_name.stderr
+    nope = run("predict", "-a", folder, "-a", "nope", "a gripping film")
+    assert nope.exit_code == 1 and "error: nope: no such adapter folder, nor a registry " \
+        "reference" in nope.stderr
     base = run("predict", "-a", folder, "-a", "__base__", "a gripping film")
     assert base.exit_code != 0 and "error: __base__ (the untouched base) routes rows in " \
         "Python, it is not an adapter to load" in base.stderr

@@ -278,8 +278,9 @@ def test_parallel_cannot_be_activated_and_fusions_need_loaded_adapters(model, ba
         model.activate(Parallel("a", "b"))
     with pytest.raises(AdapterError, match="no adapter named 'zz'"):
         model.add_fusion(Fuse("a", "zz"), SEQ)
-    with pytest.raises(AdapterError, match="no adapter named 'Fuse"):
+    with pytest.raises(AdapterError, match=r"no fusion Fuse\(a, b\) is loaded") as refused:
         model.activate(Fuse("a", "b"))
+    assert refused.value.hint.startswith("train one with hub fuse --adapters a,b")
     with pytest.raises(ValueError, match="at least two"):
         Parallel("a")
 

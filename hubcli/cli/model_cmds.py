@@ -350,10 +350,13 @@ def _check_adapters_and_texts(adapters: tuple[str, ...], texts: tuple[str, ...])
     Raises:
         UsageError: either.
     """
+    given = {Path(a).expanduser().resolve() for a in adapters}
     for text in texts:
         if (Path(text).expanduser() / "manifest.json").is_file():
+            hint = (f"it is given as -a already: leave {text} out of the texts"
+                    if Path(text).expanduser().resolve() in given else f"give it as -a {text} too")
             raise UsageError(f"{text} is an adapter folder, and with --adapter/-a every "
-                             "argument is a text", hint=f"give it as -a {text} too")
+                             "argument is a text", hint=hint)
     for k, ref in enumerate(adapters):
         if ref in adapters[:k]:
             raise UsageError(f"{ref} is given twice", hint="give each adapter once")

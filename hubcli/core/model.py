@@ -210,10 +210,7 @@ class AdapterModel(RoutedPasses, nn.Module):
         Raises:
             AdapterError: a name or fusion in `block` that is not loaded.
         """
-        for n in names_in(block):
-            self._require(n)
-        for fusion in fusions_in(block):
-            self._require(fusion.name)
+        self._require_block(block)
         self.compositions[name] = block
         self._renumber()
 
@@ -269,10 +266,7 @@ class AdapterModel(RoutedPasses, nn.Module):
             info = self.infos.get(block)
             block = self.compositions.get(block, info.config if info is not None
                                           and isinstance(info.config, Fuse) else block)
-        for n in names_in(block):
-            self._require(n)
-        for fusion in fusions_in(block):
-            self._require(fusion.name)
+        self._require_block(block)
         for site in self.adapter_sites.values():
             site.active = block
         for site in self.layernorm_sites.values():
@@ -309,6 +303,17 @@ class AdapterModel(RoutedPasses, nn.Module):
 
     def adapter_names(self) -> list[str]:
         return list(self.infos)
+
+    def _require_block(self, block: Block) -> None:
+        """Raises AdapterError: an adapter of `block` not loaded, or a Fuse in it that has no
+        fusion parameters (a fusion is trained, not assembled)."""
+        for n in names_in(block):
+            self._require(n)
+        for fusion in fusions_in(block):
+            if fusion.name not in self.infos:
+                raise AdapterError(f"no fusion {fusion.name} is loaded", hint="train one with "
+                                   f"hub fuse --adapters {','.join(names_in(fusion))} and load "
+                                   "it, or add_fusion() fresh fusion layers")
 
     def _require(self, name: str) -> None:
         if name not in self.infos:

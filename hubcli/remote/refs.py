@@ -41,7 +41,8 @@ def resolve_adapter(ref: str, notify: Callable[[str], None]) -> Path:
     """The folder of a local adapter, or of a registry reference (pulled first when needed).
 
     Raises:
-        UsageError: a path-like reference that is not a folder, or `BASE`.
+        UsageError: a path-like reference that is not a folder, a name that is neither a
+            folder nor NAMESPACE/NAME[@VERSION], or `BASE`.
     """
     if ref == BASE:
         raise UsageError(f"{BASE} (the untouched base) routes rows in Python, it is not an "
@@ -52,6 +53,10 @@ def resolve_adapter(ref: str, notify: Callable[[str], None]) -> Path:
     if ref.startswith(("./", "../", "/", "~")):
         raise UsageError(f"{ref}: no such adapter folder",
                          hint="point at a folder written by `hub train --out`, or NS/NAME")
+    if not REF.match(ref):
+        raise UsageError(f"{ref}: no such adapter folder, nor a registry reference",
+                         hint="point at a folder written by `hub train --out`, or "
+                              "NAMESPACE/NAME[@VERSION]")
     from hubcli.remote.pull import ensure_pulled
 
     return ensure_pulled(ref, notify=notify)
