@@ -37,9 +37,11 @@ Each variant's operations are counted too, once, outside the timing (`launches`)
 operations a pass dispatches that compute something (views, and conversions to the dtype a
 tensor has, left out), each about one kernel launch on a GPU, and those of them that wait on
 the device (a value read back to the host). At a batch this size a GPU is bound by launches,
-so their ratios foretell its time's: at e68319c they gave a Fuse of 3 309 / 130 = 2.38x the
-bare base, where the H100 measured 2.21-2.39x. They are the same on any device, so the CPU
-can count what a change saves a GPU.
+so their ratios foretell its time's: at e68319c they gave a Fuse of 3 307 / 130 = 2.36x the
+bare base, where the H100 measured 2.21-2.39x (the mixed batch's, 213 / 248 = 0.86x one
+adapter, measured 0.62x: host work beyond launches, part of it stacks the bench itself made
+sites rebuild then). They are the same on any device, so the CPU can count what a change
+saves a GPU.
 
     python benchmarks/bench_routing.py [--repeats 9] [--threads N] [--top 1,2,3] [--device cuda]
                                        [--host-bound]
