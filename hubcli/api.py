@@ -80,6 +80,11 @@ class AdapterHub:
         from hubcli.local.attach import attach
 
         manifest = bundle.manifest
+        if (name or manifest["name"]) == BASE:  # before any component is attached
+            from hubcli.errors import AdapterError
+
+            raise AdapterError(f"{BASE} is reserved: it routes a row to the untouched base",
+                               hint="load it under another name (name=...)")
         if self.model.sources.get(name or manifest["name"]) != bundle.digests[MANIFEST]:
             # else attached already, as a component of one loaded before: shared
             attach(self.model, self.base.info, bundle, name=name,
@@ -109,6 +114,20 @@ class AdapterHub:
         self.active = None
 
     def remove(self, name: str) -> None:
+        """Detach adapter `name` (a composed one's own part; its components stay).
+
+        Raises:
+            AdapterError: no such adapter, or a component of a composed adapter loaded
+                (shared when loaded on its own too): remove that first."""
+        from hubcli.core.composition import names_in
+
+        users = [n for n, block in self.model.compositions.items()
+                 if n != name and n in self.manifests and name in names_in(block)]
+        if users:
+            from hubcli.errors import AdapterError
+
+            raise AdapterError(f"{name} is a component of {users[0]}, loaded too",
+                               hint=f"remove {users[0]} first")
         self.model.remove_adapter(name)
         self.manifests.pop(name, None)
         if self.active == name:
@@ -135,6 +154,7 @@ class AdapterHub:
 
         if isinstance(texts, str):
             raise TypeError("texts is one string: pass a list of texts ([text] for one)")
+        texts = list(texts)  # a generator is read once
         for number, text in enumerate(texts, 1):
             if not isinstance(text, str):
                 raise TypeError(f"text {number} is a {type(text).__name__}, not a string")
@@ -149,20 +169,28 @@ class AdapterHub:
                                hint="e.g. compose=Parallel(\"sst2\", \"ner\"); for one "
                                     "adapter per text, adapter=[...]")
         if isinstance(compose, Parallel):
-            return self._parallel(list(texts), compose)
+            return self._parallel(texts, compose)
         if isinstance(adapter, list | tuple):
             if len(adapter) != len(texts):
                 raise AdapterError(f"{len(adapter)} adapters for {len(texts)} texts",
                                    hint="pass one adapter name per text")
-            return self._each(list(texts), list(adapter))
+            return self._each(texts, list(adapter))
         if compose is not None:
-            return self._through(list(texts), owner(compose), compose)
+            return self._through(texts, self._name_of(compose), compose)
         name = self.active if adapter is None else adapter
         if name is None:
             raise AdapterError("no adapter is active", hint="load() one or pass adapter=NAME")
         if name == BASE:
-            return self._each(list(texts), [BASE] * len(texts))
-        return self._through(list(texts), name, name)
+            return self._each(texts, [BASE] * len(texts))
+        return self._through(texts, name, name)
+
+    def _name_of(self, block: Stack | Fuse) -> str:
+        """The name whose manifest and head `block` predicts with: a composed adapter loaded
+        as it (a fusion is loaded under its manifest's name, not the block's), else its
+        owner."""
+        loaded = [n for n, b in self.model.compositions.items() if b == block and n in
+                  self.manifests]
+        return loaded[0] if loaded else owner(block)
 
     def _composed(self, name: str) -> bool:
         """True for a fusion or a stack: its rows cannot be routed with others'."""
@@ -221,7 +249,8 @@ class AdapterHub:
                           for j, n in enumerate(single)}
         for n in block.children:
             if n not in by_adapter:
-                by_adapter[n] = self._through(texts, n, n)
+                by_adapter[n] = (self._through(texts, n, n) if self._composed(n) else
+                                 self._each(texts, [n] * len(texts)))
         return [{n: by_adapter[n][i] for n in block.children} for i in range(len(texts))]
 
     def _manifest(self, name: str) -> dict:
@@ -247,7 +276,7 @@ class AdapterHub:
         m = self._manifest(name)
         task = self._task(m)
         examples = [task.parse_input(t) for t in texts]
-        task.check_inputs(examples, m, name)
+        task.check_inputs(examples, m, m.get("name", name))  # not a server's slot name
         return RowGroup(name, task, list(m["head"]["labels"]),
                         int(m["training"].get("max_length", DEFAULT_MAX_LENGTH)), examples,
                         list(positions))

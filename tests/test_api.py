@@ -155,6 +155,7 @@ def test_predicts_wrong_shapes_of_input_are_refused_and_base_is_reserved(tiny_ba
     hub.load(tmp_path / "sst")
     with pytest.raises(TypeError, match="texts is one string"):
         hub.predict("the soup was cold")
+    assert len(hub.predict(t for t in ["fine", "dull"])) == 2  # a generator is read once
     with pytest.raises(TypeError, match="text 2 is a NoneType, not a string"):
         hub.predict(["fine", None])
     with pytest.raises(UsageError, match="text 2 is blank"):  # predicted as if it said something

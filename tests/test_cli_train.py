@@ -236,6 +236,8 @@ def test_full_finetune_writes_a_model_folder_not_an_adapter(tiny_base_dir, tmp_p
     assert json.loads((out / MARKER).read_text())["kind"] == "full-finetune"
     scored = run("eval", out, "--data", dev, "--json")
     assert scored.exit_code == 0 and "accuracy" in json.loads(scored.stdout)["metrics"]
+    paired = run("predict", out, "a film", "--pair", "dull")  # trained on single texts
+    assert paired.exit_code == 1 and "trained on single texts" in paired.output
 
 
 def test_bad_data_gets_one_line_naming_file_and_line(tiny_base_dir, tmp_path):
@@ -318,7 +320,9 @@ def test_auto_precision_follows_the_cpu(monkeypatch):
     (["--method", "lora", "--bottleneck", 16],
      "--bottleneck 16: is for --method houlsby, and this trains --method lora"),
     (["--method", "lora", "--layernorm", "own-layers"],
-     "--layernorm own-layers: is for --method houlsby, and this trains --method lora")])
+     "--layernorm own-layers: is for --method houlsby, and this trains --method lora"),
+    (["--full-finetune", "--bottleneck", 4],
+     "--bottleneck 4: is for adapters, and --full-finetune trains every weight instead")])
 def test_the_other_methods_options_are_refused_not_ignored(tmp_path, options, refused):
     """`--rank` without `--method lora` trained a Houlsby adapter, and LoRA ignored Houlsby's
     options, silently."""

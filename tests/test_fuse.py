@@ -340,3 +340,25 @@ def test_predict_a_runs_composed_adapters_beside_their_components(runs, order):
         alone = _fresh(runs / n).predict(texts)
         got = [line for line in lines if line.get("adapter") == n]
         assert [g["label"] for g in got] == [a["label"] for a in alone], (n, r.stdout)
+
+
+def test_a_loaded_fusion_by_its_block_with_the_base_and_kept_whole(runs):
+    """compose=Fuse(...) of a loaded fusion predicts as the fusion (it looked up the block's
+    own name); a Parallel of it and __base__ runs; its components cannot be removed from
+    under it, even when loaded on their own too (shared); no fusion loads as __base__."""
+    from hubcli.core.composition import Fuse, Parallel
+    from hubcli.errors import AdapterError
+    from hubcli.format.vocab import BASE
+
+    texts = ["a gripping film", "dull"]
+    hub = _fresh(runs / "fusion")
+    assert hub.predict(texts, compose=Fuse(*COMPONENTS)) == hub.predict(texts)
+    both = hub.predict(texts, compose=Parallel("fusion", BASE))
+    assert [row["fusion"] for row in both] == hub.predict(texts)
+    assert [row[BASE] for row in both] == hub.predict(texts, adapter=BASE)
+    assert hub.load(runs / "sst-a") == "sst-a"  # shared with the fusion
+    with pytest.raises(AdapterError, match="sst-a is a component of fusion, loaded too"):
+        hub.remove("sst-a")
+    with pytest.raises(AdapterError, match="__base__ is reserved"):
+        hub.load(runs / "stacked", name=BASE)
+    assert "__base__" not in hub.model.infos and "__base__" not in hub.model.compositions

@@ -119,3 +119,16 @@ def test_predict_onnx_refuses_a_file_that_is_not_an_export(tmp_path, tiny_base_d
     bogus.write_bytes(b"not a graph")
     with pytest.raises(AdapterError, match="not a readable ONNX graph"):
         load_onnx(bogus, base=str(tiny_base_dir))
+
+
+def test_onnx_runtime_refuses_the_texts_the_adapter_was_not_trained_on(tiny_base_dir, hub_home,
+                                                                        tmp_path):
+    """As the torch runtime does: a pair for an adapter trained on single texts (the export
+    carries `training.text_pairs`)."""
+    single = make_adapter_dir(tmp_path / "single", name="single",
+                              training={"text_pairs": False})
+    result = run("predict", "--runtime", "onnx", "--base", tiny_base_dir, "--allow-unsigned",
+                 "--allow-base-mismatch", single, "a film", "--pair", "dull")
+    assert result.exit_code == 1
+    assert "error: input 1 has a second text (--pair, or a TAB in the line), and single was " \
+           "trained on single texts" in result.output

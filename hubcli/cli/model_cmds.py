@@ -190,13 +190,18 @@ METHOD_OPTIONS = {"houlsby": ("bottleneck", "reads", "skip", "layernorm", "init_
 
 def _refuse_the_other_methods_options(method: str, opts: dict) -> None:
     """Raises OptionError: an option of the other method given (on the command line or from
-    the environment), which this one would silently ignore."""
+    the environment), which this one would silently ignore; under --full-finetune, any
+    method's."""
     ctx = click.get_current_context()
     for other, names in METHOD_OPTIONS.items():
-        for name in names if other != method else ():
+        for name in names if other != method or opts["full_finetune"] else ():
             if ctx.get_parameter_source(name) in (click.core.ParameterSource.COMMANDLINE,
                                                   click.core.ParameterSource.ENVIRONMENT):
                 flag = "--" + name.replace("_", "-")
+                if opts["full_finetune"]:
+                    raise OptionError(flag, opts[name], "is for adapters, and "
+                                      "--full-finetune trains every weight instead",
+                                      hint=f"leave {flag} out, or --full-finetune")
                 raise OptionError(flag, opts[name], f"is for --method {other}, and this "
                                   f"trains --method {method}",
                                   hint=f"add --method {other}, or leave {flag} out")

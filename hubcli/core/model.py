@@ -208,8 +208,11 @@ class AdapterModel(RoutedPasses, nn.Module):
         fusions added): how a composed adapter is used by its own name.
 
         Raises:
-            AdapterError: a name or fusion in `block` that is not loaded.
+            AdapterError: a name or fusion in `block` that is not loaded, or `name` is `BASE`.
         """
+        if name == BASE:
+            raise AdapterError(f"{BASE} is reserved: it routes a row to the untouched base",
+                               hint="pick another name")
         self._require_block(block)
         self.compositions[name] = block
         self._renumber()

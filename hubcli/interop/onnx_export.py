@@ -63,6 +63,8 @@ def export_verified(bundle: VerifiedBundle, out: Path, *, base: str | None = Non
             "base": {"name": manifest["base_model"]["name"],
                      "content_hash": loaded.info.content_hash,
                      "tokenizer_hash": loaded.info.tokenizer_hash}}
+    if "text_pairs" in manifest["training"]:  # the inputs it takes (`Task.check_inputs`)
+        meta["text_pairs"] = manifest["training"]["text_pairs"]
     token_level = manifest["head"]["type"] in TOKEN_HEADS
     _trace(model, Path(out), meta, token_level)
     return meta

@@ -43,7 +43,13 @@ class OnnxPredictor:
         return self.session.run(["logits"], feed)[0]
 
     def predict(self, examples: list, batch_size: int = INFER_BATCH) -> list[dict]:
-        """One prediction per example, as `Predictor.predict` gives them."""
+        """One prediction per example, as `Predictor.predict` gives them.
+
+        Raises:
+            UsageError: an input the adapter was not trained to take (`Task.check_inputs`).
+        """
+        recorded = {"training": {"text_pairs": self.meta.get("text_pairs")}}
+        self.task.check_inputs(examples, recorded, self.meta["name"])
         feats = self.task.encode(examples, self.tokenizer, self.labels, self.max_length,
                                  with_targets=False)
         token_level = self.meta["head"]["type"] in TOKEN_HEADS

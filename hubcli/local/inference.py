@@ -249,7 +249,7 @@ def _load(path: Path, base: str | None, allow_base_mismatch: bool, allow_unsigne
         model, tokenizer, doc = load_finetune_dir(path)
         return Predictor(model, tokenizer, get_task(doc["task"], doc["head"]),
                          list(doc["head"].get("labels", ())),
-                         int(doc["training"].get("max_length", DEFAULT_MAX_LENGTH)), None, path)
+                         int(doc["training"].get("max_length", DEFAULT_MAX_LENGTH)), doc, path)
     from hubcli.local.attach import attach_to_fresh_base, verify_adapter
 
     bundle = verify_adapter(path, allow_unsigned=allow_unsigned, notify=notify)

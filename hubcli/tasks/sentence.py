@@ -92,12 +92,13 @@ class SentenceTask(Task):
         for number, example in enumerate(examples, 1):
             if pairs is True and example.pair is None:
                 raise UsageError(f"input {number} is one text, and {name} was trained on "
-                                 "sentence pairs", hint="give the second text with --pair "
-                                 "TEXT, or lines of TEXT<TAB>PAIR")
+                                 "sentence pairs", hint="give each input as TEXT<TAB>PAIR "
+                                 "(hub predict: or --pair PAIR)")
             if pairs is False and example.pair is not None:
                 raise UsageError(f"input {number} has a second text (--pair, or a TAB in the "
                                  f"line), and {name} was trained on single texts",
-                                 hint="leave --pair out, and any TAB out of the line")
+                                 hint="leave any TAB out of the input (hub predict: and "
+                                      "--pair)")
 
     @abstractmethod
     def _parse_label(self, raw: Any, path: Path, line: int) -> str | float:
