@@ -176,7 +176,7 @@ class AdapterHub:
                                    hint="pass one adapter name per text")
             return self._each(texts, list(adapter))
         if compose is not None:
-            return self._through(texts, self._name_of(compose), compose)
+            return self._through(texts, *self._loaded(compose))
         name = self.active if adapter is None else adapter
         if name is None:
             raise AdapterError("no adapter is active", hint="load() one or pass adapter=NAME")
@@ -184,13 +184,21 @@ class AdapterHub:
             return self._each(texts, [BASE] * len(texts))
         return self._through(texts, name, name)
 
-    def _name_of(self, block: Stack | Fuse) -> str:
-        """The name whose manifest and head `block` predicts with: a composed adapter loaded
-        as it (a fusion is loaded under its manifest's name, not the block's), else its
-        owner."""
-        loaded = [n for n, b in self.model.compositions.items() if b == block and n in
-                  self.manifests]
-        return loaded[0] if loaded else owner(block)
+    def _loaded(self, block: Stack | Fuse) -> tuple[str, Stack | Fuse]:
+        """(the name whose manifest and head `block` predicts with, the block to run): the
+        composed adapter loaded as it (a fusion's parameters are under its own name, which
+        `Fuse(a, b)` does not spell), else its owner and itself.
+
+        Raises:
+            AdapterError: several loaded fusions are over those adapters."""
+        from hubcli.errors import AdapterError
+
+        loaded = [(n, b) for n, b in self.model.compositions.items() if n in self.manifests
+                  and type(b) is type(block) and b.children == block.children]
+        if len(loaded) > 1:
+            raise AdapterError(f"{block} is {' and '.join(n for n, _ in loaded)}",
+                               hint="pass adapter=NAME for the one you mean")
+        return loaded[0] if loaded else (owner(block), block)
 
     def _composed(self, name: str) -> bool:
         """True for a fusion or a stack: its rows cannot be routed with others'."""

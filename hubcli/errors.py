@@ -27,7 +27,8 @@ class OptionError(UsageError):
     """One option's value is unusable: the message names the option, the value and the rule."""
 
     def __init__(self, option: str, value: object, problem: str, *, hint: str | None = None) -> None:
-        super().__init__(f"{option} {value}: {problem}", hint=hint)
+        spelt = option if value is True else f"{option} {value}"  # a flag given: no value
+        super().__init__(f"{spelt}: {problem}", hint=hint)
         self.option = option
         self.value = value
 

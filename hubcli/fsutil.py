@@ -3,6 +3,7 @@ so a crash never leaves a half-written file behind."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -84,6 +85,20 @@ def read_json_cache(path: Path) -> dict:
     except (FileNotFoundError, UnicodeDecodeError, json.JSONDecodeError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def is_dir(path: str | Path) -> bool:
+    """`Path(path).expanduser().is_dir()`, and False where the system cannot look the name up
+    at all (longer than a file name may be: a long text where a folder may stand)."""
+    try:
+        return Path(path).expanduser().is_dir()
+    except OSError:
+        return False
+
+
+def is_too_long(err: OSError) -> bool:
+    """True for the error of a name longer than the system takes (ENAMETOOLONG)."""
+    return err.errno == errno.ENAMETOOLONG
 
 
 def sha256_file(path: Path) -> str:

@@ -166,3 +166,35 @@ def test_a_blank_text_is_refused_by_its_number(folder, texts):
         result = run("predict", *adapters, *texts)
         assert result.exit_code == 1
         assert f"error: text {len(texts)} is blank" in result.stderr.splitlines()
+
+
+def test_a_text_longer_than_a_file_name_is_a_text(folder, tmp_path):
+    """Whether an argument is a folder was asked of the system, which raised OSError (file
+    name too long) for a 277-character review: a traceback."""
+    from hubcli.errors import ManifestError
+    from hubcli.format import manifest as manifest_io
+
+    review = "This film was a total delight from start to finish. " * 6
+    for args in (["-a", folder, review], [folder, review]):
+        result = run("predict", *args, "--json")
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout.splitlines()[-1])["label"] in ("negative", "positive")
+    alone = run("predict", review)  # no adapter given, none pulled: said so
+    assert alone.exit_code == 1 and "error: no adapter given and none pulled yet" in alone.stderr
+    with pytest.raises(ManifestError, match="no such adapter folder"):
+        manifest_io.read(tmp_path / review)
+
+
+def test_eval_refuses_data_the_adapter_was_not_trained_on(folder, pairs_folder, tmp_path):
+    """`hub eval` of a single-text adapter on data with a second-text column read it as
+    pairs (accuracy 0.72 against 0.79 on the first texts alone), and a pair adapter on
+    single texts scored them; both silently."""
+    pairs = folder.parent / "pairs.tsv"
+    single = tmp_path / "single.tsv"
+    single.write_text("sentence\tlabel\na fine film\tpositive\n")
+    for adapter, data, problem in (
+            (folder, pairs, "a second text, and tiny-sst was trained on single texts"),
+            (pairs_folder, single, "one text, and tiny-pairs was trained on sentence pairs")):
+        result = run("eval", adapter, "--data", data)
+        assert result.exit_code == 1
+        assert f"error: {data}:2: {problem}" in result.stderr.splitlines()

@@ -202,7 +202,8 @@ def test_fuse_needs_two_adapters_and_no_full_finetune(runs, tmp_path):
     assert r.exit_code == 1 and "a fusion needs two adapters or more" in r.stderr
     r = run("train", "--stack", runs / "sst-a", "--full-finetune", "--train", train,
             "--out", tmp_path / "o")
-    assert r.exit_code == 1 and "components frozen" in r.stderr
+    assert r.exit_code == 1 and "error: --full-finetune: trains every weight; a fusion or " \
+        "stack keeps its components frozen" in r.stderr  # a flag: no value after it
 
 
 def test_the_server_refuses_a_composed_adapter_at_attach(runs, tiny_base_dir):
@@ -362,3 +363,28 @@ def test_a_loaded_fusion_by_its_block_with_the_base_and_kept_whole(runs):
     with pytest.raises(AdapterError, match="__base__ is reserved"):
         hub.load(runs / "stacked", name=BASE)
     assert "__base__" not in hub.model.infos and "__base__" not in hub.model.compositions
+
+
+def test_two_fusions_over_the_same_adapters_load_side_by_side(runs):
+    """One fusion per target task over the same adapters (Pfeiffer et al.'s setting): the
+    second was refused, 'a fusion Fuse(...) is already loaded'. Each fusion's parameters
+    are under its own name; Fuse(...) of the adapters alone is then ambiguous, and says so."""
+    from hubcli.core.composition import Fuse
+    from hubcli.errors import AdapterError
+
+    second = runs / "fusion2"  # beside it: its components are found at ../NAME
+    shutil.copytree(runs / "fusion", second, dirs_exist_ok=True)
+    m = manifest_io.read(second)
+    manifest_io.write(second, {**m, "name": "fusion2"})
+    texts = ["a gripping film", "dull"]
+    hub = _fresh(runs / "fusion")
+    hub.load(second, allow_unsigned=True)
+    assert hub.adapters == [*COMPONENTS, "fusion", "fusion2"]
+    assert hub.predict(texts, adapter="fusion2") == hub.predict(texts, adapter="fusion")
+    both = hub.predict(texts, adapter=["fusion", "fusion2"])
+    assert both == [hub.predict(texts[:1], adapter="fusion")[0],
+                    hub.predict(texts[1:], adapter="fusion2")[0]]
+    with pytest.raises(AdapterError, match=r"Fuse\(sst-a, sst-b, sst-c\) is fusion and fusion2"):
+        hub.predict(texts, compose=Fuse(*COMPONENTS))
+    r = run("predict", "--allow-unsigned", "-a", runs / "fusion", "-a", second, *texts, "--json")
+    assert r.exit_code == 0, r.output

@@ -48,11 +48,22 @@ class Stack(_Block):
     min_children = 1
 
 
+@dataclass(frozen=True, init=False)
 class Fuse(_Block):
+    """`name=`: what the fusion's own parameters and head are called, by default its spelling
+    `Fuse(a, b)`; two fusions over the same adapters (one per target task, as Pfeiffer et al.
+    train them) are told apart by it."""
+
+    label: str | None = None
+
+    def __init__(self, *children: Block, name: str | None = None):
+        super().__init__(*children)
+        object.__setattr__(self, "label", name)
+
     @cached_property  # read at every site of every pass
     def name(self) -> str:
         """The name of this fusion's own parameters and head, as an adapter's."""
-        return str(self)
+        return self.label or str(self)
 
 
 class Parallel(_Block):

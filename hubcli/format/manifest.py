@@ -12,7 +12,7 @@ from typing import Any
 
 from hubcli.format import safejson
 from hubcli.errors import ManifestError
-from hubcli.fsutil import atomic_write_text
+from hubcli.fsutil import atomic_write_text, is_dir, is_too_long
 
 MANIFEST = "manifest.json"
 WEIGHTS = "adapter.safetensors"
@@ -51,19 +51,21 @@ def read(directory: Path) -> dict[str, Any]:
     """Read and validate `directory/manifest.json`.
 
     Raises:
-        ManifestError: no such folder (or a file), missing, not JSON (with line and column),
-            or invalid.
+        ManifestError: no such folder (or a file; or a name too long to be one), missing, not
+            JSON (with line and column), or invalid.
     """
     path = Path(directory) / MANIFEST
     try:
         text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
+    except OSError as e:
+        if not isinstance(e, FileNotFoundError | NotADirectoryError) and not is_too_long(e):
+            raise  # a read that failed (permissions, I/O): not a folder missing
         hint = "point at a folder written by `hub train --out`"
         folder = Path(directory)
-        if folder.is_dir():
+        if is_dir(folder):
             raise ManifestError("no manifest.json here", path=str(path), hint=hint) from None
-        raise ManifestError("not a folder" if folder.exists() else "no such adapter folder",
-                            path=str(folder), hint=hint) from None
+        raise ManifestError("not a folder" if not is_too_long(e) and folder.exists()
+                            else "no such adapter folder", path=str(folder), hint=hint) from None
     except UnicodeDecodeError:
         raise ManifestError("not UTF-8 text", path=str(path)) from None
     try:

@@ -115,8 +115,8 @@ def _attach_own(model, bundle: VerifiedBundle, name: str, blocks: list) -> None:
 
     manifest = bundle.manifest
     arch, head = manifest["architecture"], HeadConfig.from_manifest(manifest["head"])
-    if arch["type"] == FUSION:
-        block = Fuse(*blocks)
+    if arch["type"] == FUSION:  # its parameters under its own name: not one per component set
+        block = Fuse(*blocks, name=name)
         own = model.add_fusion(block, head, sites=fusion_sites(arch),
                                train_layernorm=arch["layernorm"] == "delta")
     else:

@@ -203,13 +203,24 @@ class Predictor:
         Raises:
             UsageError: an input the adapter was not trained to take (`Task.check_inputs`).
         """
-        self.task.check_inputs(examples, self.manifest, (self.manifest or {}).get(
-            "name", str(self.source)))
+        self._check(examples)
         feats = self.task.encode(examples, self.tokenizer, self.labels, self.max_length,
                                  with_targets=False)
         return run_model(self.model, self.task, feats, examples, self.labels)
 
+    def _check(self, examples: list) -> None:
+        """Raises what `Task.check_inputs` raises for an example this adapter was not
+        trained to take."""
+        name = (self.manifest or {}).get("name", str(self.source))
+        self.task.check_inputs(examples, self.manifest, name)
+
     def evaluate(self, examples: list) -> dict[str, float]:
+        """The task's metrics on labelled `examples`.
+
+        Raises:
+            DataError: an example the adapter was not trained to take (`Task.check_inputs`).
+        """
+        self._check(examples)
         feats = self.task.encode(examples, self.tokenizer, self.labels, self.max_length)
         preds = run_model(self.model, self.task, feats, examples, self.labels)
         return self.task.metrics(preds, examples, self.labels)

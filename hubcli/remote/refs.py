@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Callable
 
 from hubcli.errors import UsageError
+from hubcli.fsutil import is_dir
 from hubcli.format.vocab import ADAPTER_REF as REF, BASE
 
 
 def looks_like_adapter(arg: str) -> bool:
-    return Path(arg).is_dir() or bool(REF.match(arg))
+    return is_dir(arg) or bool(REF.match(arg))
 
 
 def split_adapter_and_texts(args: list[str], notify: Callable[[str], None]) -> tuple[Path, list[str]]:
@@ -21,7 +22,7 @@ def split_adapter_and_texts(args: list[str], notify: Callable[[str], None]) -> t
         UsageError: no adapter given and none was pulled before.
     """
     path_like = bool(args) and args[0].startswith(("./", "../", "/", "~"))
-    if path_like and not Path(args[0]).expanduser().is_dir():
+    if path_like and not is_dir(args[0]):
         raise UsageError(f"{args[0]}: no such adapter folder",
                          hint="point at a folder written by `hub train --out`, or NS/NAME")
     if args and looks_like_adapter(args[0]):
@@ -48,7 +49,7 @@ def resolve_adapter(ref: str, notify: Callable[[str], None]) -> Path:
         raise UsageError(f"{BASE} (the untouched base) routes rows in Python, it is not an "
                          "adapter to load", hint="AdapterHub.predict(texts, adapter=[...]) takes "
                          f"{BASE} rows; hub predict takes adapter folders or NS/NAME")
-    if Path(ref).expanduser().is_dir():
+    if is_dir(ref):
         return Path(ref).expanduser()
     if ref.startswith(("./", "../", "/", "~")):
         raise UsageError(f"{ref}: no such adapter folder",

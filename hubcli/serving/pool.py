@@ -15,10 +15,10 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from hubcli.errors import AdapterError
+from hubcli.fsutil import is_dir
 from hubcli.format.vocab import ADAPTER_REF, BASE
 from hubcli.serving.engine import Engine
 
@@ -62,7 +62,7 @@ def public_name(ref: str) -> str:
 
 
 def is_registry_ref(ref: str) -> bool:
-    return not ref.startswith(("./", "../", "/", "~")) and not Path(ref).expanduser().is_dir() \
+    return not ref.startswith(("./", "../", "/", "~")) and not is_dir(ref) \
         and bool(ADAPTER_REF.match(ref))
 
 

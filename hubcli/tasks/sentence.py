@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hubcli.errors import UsageError
+from hubcli.errors import DataError, UsageError
 from hubcli.tasks.base import SEQUENCE_KEYS, Columns, Task
 from hubcli.tasks.tabular import FORMATS, read_rows
 
@@ -85,20 +85,32 @@ class SentenceTask(Task):
 
     def check_inputs(self, examples: list[SentenceExample], manifest: dict | None,
                      name: str) -> None:
-        """Raises UsageError: a single text where adapter `name` was trained on sentence
-        pairs, or a pair where it was trained on single texts (the manifest's
-        `training.text_pairs`; none checked where it is not recorded)."""
+        """A single text where adapter `name` was trained on sentence pairs, or a pair where
+        it was trained on single texts (the manifest's `training.text_pairs`; nothing is
+        checked where it is not recorded).
+
+        Raises:
+            DataError: such an example of a data file (`hub eval`), naming its line.
+            UsageError: such an input (`hub predict`, the API, `hub serve`).
+        """
         pairs = ((manifest or {}).get("training") or {}).get("text_pairs")
         for number, example in enumerate(examples, 1):
-            if pairs is True and example.pair is None:
+            if pairs is None or (example.pair is not None) == pairs:
+                continue
+            if example.path is not None:  # a data file's row
+                problem, hint = ((f"one text, and {name} was trained on sentence pairs",
+                                  "give data with the second texts (--text-pair-column)")
+                                 if pairs else
+                                 (f"a second text, and {name} was trained on single texts",
+                                  "give data without a second-text column"))
+                raise DataError(problem, path=example.path, line=example.line, hint=hint)
+            if pairs:
                 raise UsageError(f"input {number} is one text, and {name} was trained on "
                                  "sentence pairs", hint="give each input as TEXT<TAB>PAIR "
-                                 "(hub predict: or --pair PAIR)")
-            if pairs is False and example.pair is not None:
-                raise UsageError(f"input {number} has a second text (--pair, or a TAB in the "
-                                 f"line), and {name} was trained on single texts",
-                                 hint="leave any TAB out of the input (hub predict: and "
-                                      "--pair)")
+                                 "(hub predict with one adapter: or --pair PAIR)")
+            raise UsageError(f"input {number} has a second text (--pair, or a TAB in the "
+                             f"line), and {name} was trained on single texts",
+                             hint="leave out --pair, and any TAB in the input")
 
     @abstractmethod
     def _parse_label(self, raw: Any, path: Path, line: int) -> str | float:
