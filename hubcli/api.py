@@ -119,10 +119,13 @@ class AdapterHub:
         Raises:
             AdapterError: no such adapter, or a component of a composed adapter loaded
                 (shared when loaded on its own too): remove that first."""
-        from hubcli.core.composition import names_in
+        from hubcli.core.composition import fusions_in, names_in
 
+        own = self.model.compositions.get(name)  # a fusion's parameters: under its block's name
+        own = own.name if isinstance(own, Fuse) else name
         users = [n for n, block in self.model.compositions.items()
-                 if n != name and n in self.manifests and name in names_in(block)]
+                 if n != name and n in self.manifests and (name in names_in(block) or own in {
+                     f.name for f in fusions_in(block)})]
         if users:
             from hubcli.errors import AdapterError
 
@@ -193,8 +196,10 @@ class AdapterHub:
             AdapterError: several loaded fusions are over those adapters."""
         from hubcli.errors import AdapterError
 
+        wanted = getattr(block, "label", None)  # a Fuse(..., name=) names the one it means
         loaded = [(n, b) for n, b in self.model.compositions.items() if n in self.manifests
-                  and type(b) is type(block) and b.children == block.children]
+                  and type(b) is type(block) and b.children == block.children
+                  and (wanted is None or wanted in (n, b.name))]
         if len(loaded) > 1:
             raise AdapterError(f"{block} is {' and '.join(n for n, _ in loaded)}",
                                hint="pass adapter=NAME for the one you mean")

@@ -386,5 +386,40 @@ def test_two_fusions_over_the_same_adapters_load_side_by_side(runs):
                     hub.predict(texts[1:], adapter="fusion2")[0]]
     with pytest.raises(AdapterError, match=r"Fuse\(sst-a, sst-b, sst-c\) is fusion and fusion2"):
         hub.predict(texts, compose=Fuse(*COMPONENTS))
+    assert hub.predict(texts, compose=Fuse(*COMPONENTS, name="fusion2")) == hub.predict(
+        texts, adapter="fusion2")
+    with pytest.raises(AdapterError, match="no adapter named 'no-such'"):
+        hub.predict(texts, compose=Fuse(*COMPONENTS, name="no-such"))
+    with pytest.raises(AdapterError, match="an adapter named 'sst-b' is already loaded"):
+        hub.load(runs / "fusion", name="sst-b")
+    assert hub.adapters == [*COMPONENTS, "fusion", "fusion2"]
     r = run("predict", "--allow-unsigned", "-a", runs / "fusion", "-a", second, *texts, "--json")
     assert r.exit_code == 0, r.output
+
+
+def test_a_fusion_is_found_by_its_spelling_kept_under_what_uses_it_and_exported(runs, tmp_path):
+    """The first fusion over some adapters is `Fuse(a, b)` to the model, so blocks spelling
+    it find it; it cannot be removed from under an adapter stacked on it; and it exports to
+    ONNX (the trace took the inference fold, whose block_diag ONNX lacks)."""
+    from hubcli.core.composition import Fuse, Stack
+    from hubcli.errors import AdapterError
+
+    train, dev = sample_dataset()
+    r = run("train", "--stack", runs / "fusion", "--out", runs / "ontop", "--bottleneck", 8,
+            "--train", train, "--validation", dev, "--epochs", 1, "--max-length", 32, "--quiet")
+    assert r.exit_code == 0, r.output
+    texts = ["a gripping film", "dull"]
+    hub = _fresh(runs / "ontop")
+    assert hub.predict(texts, compose=Stack(Fuse(*COMPONENTS), "ontop")) == hub.predict(texts)
+    with pytest.raises(AdapterError, match="fusion is a component of ontop"):
+        hub.remove("fusion")
+    onnx = tmp_path / "fusion.onnx"
+    r = run("export", runs / "fusion", "--format", "onnx", "--out", onnx)
+    assert r.exit_code == 0, r.output
+    by_onnx = run("predict", "--runtime", "onnx", runs / "fusion", *texts, "--json")
+    by_torch = run("predict", runs / "fusion", *texts, "--json")
+    assert by_onnx.exit_code == by_torch.exit_code == 0, by_onnx.output
+    onnx_rows, torch_rows = ([json.loads(line) for line in r.stdout.splitlines()]
+                             for r in (by_onnx, by_torch))
+    assert [o["label"] for o in onnx_rows] == [t["label"] for t in torch_rows]
+    assert all(abs(o["score"] - t["score"]) < 1e-4 for o, t in zip(onnx_rows, torch_rows))

@@ -314,7 +314,8 @@ class AdapterLinear(nn.Module):
             fusion = self.fusions[block.name]
             children = [self.adapters[c] if isinstance(c, str) and c in self.adapters else None
                         for c in block.children]
-            if not torch.is_grad_enabled() and all(  # the fold is for Houlsby's form only
+            # the fold is for Houlsby's form only, and not for a trace (ONNX has no block_diag)
+            if not torch.is_grad_enabled() and not torch.jit.is_tracing() and all(
                     isinstance(c, BottleneckAdapter) and not c.needs_sublayer
                     and c.act is children[0].act for c in children):
                 return fusion.forward_bottlenecks(y, children)

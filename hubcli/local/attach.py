@@ -72,9 +72,14 @@ def attach(model, base_info, bundle: VerifiedBundle, *, name: str | None = None,
         AdapterError: the weights file cannot be read, or another adapter of a component's
             name is attached.
     """
+    from hubcli.errors import AdapterError
+
     manifest = bundle.manifest
     check_base(manifest, base_info, allow_base_mismatch=allow_base_mismatch, notify=notify)
     name = name or manifest["name"]
+    if name in model.infos or name in model.compositions:  # before a component is attached
+        raise AdapterError(f"an adapter named {name!r} is already loaded",
+                           hint="remove it first, or load this one under another name")
     blocks = [_attach_component(model, base_info, c, allow_base_mismatch, notify)
               for c in bundle.components]
     _attach_own(model, bundle, name, blocks)
@@ -115,8 +120,10 @@ def _attach_own(model, bundle: VerifiedBundle, name: str, blocks: list) -> None:
 
     manifest = bundle.manifest
     arch, head = manifest["architecture"], HeadConfig.from_manifest(manifest["head"])
-    if arch["type"] == FUSION:  # its parameters under its own name: not one per component set
-        block = Fuse(*blocks, name=name)
+    if arch["type"] == FUSION:
+        block = Fuse(*blocks)
+        if block.name in model.infos:  # another fusion over them (one per target task)
+            block = Fuse(*blocks, name=name)
         own = model.add_fusion(block, head, sites=fusion_sites(arch),
                                train_layernorm=arch["layernorm"] == "delta")
     else:
