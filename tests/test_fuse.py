@@ -423,3 +423,18 @@ def test_a_fusion_is_found_by_its_spelling_kept_under_what_uses_it_and_exported(
                              for r in (by_onnx, by_torch))
     assert [o["label"] for o in onnx_rows] == [t["label"] for t in torch_rows]
     assert all(abs(o["score"] - t["score"]) < 1e-4 for o, t in zip(onnx_rows, torch_rows))
+
+
+def test_fuse_takes_the_training_loop_options(runs, tmp_path):
+    """`hub fuse --max-steps` (and the rest of hub train's loop options) were missing: a
+    fusion could only be trained by whole epochs."""
+    train, dev = sample_dataset()
+    log = tmp_path / "log.jsonl"
+    r = run("fuse", "--adapters", ",".join(str(runs / n) for n in COMPONENTS[:2]),
+            "--train", train, "--validation", dev, "--out", tmp_path / "f", "--max-steps", 3,
+            "--eval-every", 3, "--log-json", log, "--log-every", 1, "--device", "cpu",
+            "--max-length", 32, "--quiet")
+    assert r.exit_code == 0, r.output
+    assert manifest_io.read(tmp_path / "f")["training"]["steps"] == 3
+    assert [json.loads(line).get("step") for line in log.read_text().splitlines()
+            if "loss" in json.loads(line)] == [1, 2, 3]

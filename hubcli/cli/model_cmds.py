@@ -75,6 +75,30 @@ def attach_options(f):
     return f
 
 
+def loop_options(f):
+    """How `hub train` and `hub fuse` step, evaluate and log."""
+    for opt in reversed([
+        click.option("--grad-accum", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="batches per optimiser step (a step's global batch: batch size x "
+                          "this)"),
+        click.option("--max-steps", type=click.IntRange(min=1),
+                     help="train this many optimiser steps instead of --epochs"),
+        click.option("--eval-every", type=click.IntRange(min=1),
+                     help="evaluate every N steps (keeping the best) [default: after every "
+                          "epoch]"),
+        click.option("--patience", type=click.IntRange(min=1),
+                     help="stop after N evaluations without a better score (needs "
+                          "--validation)"),
+        click.option("--log-json", type=click.Path(path_type=Path, dir_okay=False),
+                     help="append one JSON line per logging step (and per evaluation) to "
+                          "this file"),
+        click.option("--log-every", type=click.IntRange(min=1), default=10, show_default=True,
+                     help="steps between --log-json lines"),
+    ]):
+        f = opt(f)
+    return f
+
+
 def device_option(default: str, more: str = ""):
     from hubcli.local.device import CHOICES_HELP
 
@@ -134,22 +158,11 @@ def training_data_options(f):
 @click.option("--epochs", type=click.IntRange(min=1),
               help="[default: 3, more on small data: enough for ~500 steps, at most 20]")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
-@click.option("--grad-accum", type=click.IntRange(min=1), default=1, show_default=True,
-              help="batches per optimiser step (a step's global batch: batch size x this)")
-@click.option("--max-steps", type=click.IntRange(min=1),
-              help="train this many optimiser steps instead of --epochs")
-@click.option("--eval-every", type=click.IntRange(min=1),
-              help="evaluate every N steps (keeping the best) [default: after every epoch]")
-@click.option("--patience", type=click.IntRange(min=1),
-              help="stop after N evaluations without a better score (needs --validation)")
+@loop_options
 @click.option("--checkpoint-every", type=click.IntRange(min=1),
               help="write a checkpoint (OUT.ckpt) every N steps; one is also written on "
               "Ctrl-C/SIGTERM")
 @click.option("--resume", is_flag=True, help="continue from OUT.ckpt (same options)")
-@click.option("--log-json", type=click.Path(path_type=Path, dir_okay=False),
-              help="append one JSON line per logging step (and per evaluation) to this file")
-@click.option("--log-every", type=click.IntRange(min=1), default=10, show_default=True,
-              help="steps between --log-json lines")
 @click.option("--streaming", is_flag=True,
               help="read the training file (CSV, TSV, JSONL) as a stream: memory flat in its "
               "size; batches shuffled within a window, not grouped by length")
@@ -216,9 +229,11 @@ def _refuse_the_other_methods_options(method: str, opts: dict) -> None:
 @click.option("--lr", type=float, help="learning rate [default: 5e-5, Pfeiffer et al. 2021]")
 @click.option("--epochs", type=click.IntRange(min=1), help="[default: 10, Pfeiffer et al. 2021]")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
+@loop_options
 @click.option("--max-length", type=click.IntRange(min=8), default=128, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--pooling", type=click.Choice(["mean", "cls"]), default="mean", show_default=True)
+@device_option("auto")
 @click.option("--precision", type=click.Choice(precision.CHOICES), default="auto",
               show_default=True, help="as for hub train")
 @click.option("--allow-unsigned", is_flag=True,
