@@ -79,19 +79,14 @@ class AdapterHub:
         """
         from hubcli.local.attach import attach
 
-        manifest = bundle.manifest
-        if (name or manifest["name"]) == BASE:  # before any component is attached
-            from hubcli.errors import AdapterError
-
-            raise AdapterError(f"{BASE} is reserved: it routes a row to the untouched base",
-                               hint="load it under another name (name=...)")
-        if self.model.sources.get(name or manifest["name"]) != bundle.digests[MANIFEST]:
+        name = name or bundle.manifest["name"]
+        if self.model.sources.get(name) != bundle.digests[MANIFEST]:
             # else attached already, as a component of one loaded before: shared
             attach(self.model, self.base.info, bundle, name=name,
                    allow_base_mismatch=allow_base_mismatch, notify=self.notify)
-        self._record(bundle, name or manifest["name"])
-        self.activate(name or manifest["name"])
-        return name or manifest["name"]
+        self._record(bundle, name)
+        self.activate(name)
+        return name
 
     def _record(self, bundle: VerifiedBundle, name: str) -> None:
         """`bundle`'s manifest under `name`, its components' under theirs: each is attached
@@ -231,7 +226,8 @@ class AdapterHub:
         rows: dict[str, list[int]] = {}
         for i, n in enumerate(adapters):
             rows.setdefault(n, []).append(i)
-        routed = [(n, pos) for n, pos in rows.items() if not self._composed(n)]
+        composed = {n: pos for n, pos in rows.items() if self._composed(n)}
+        routed = [(n, pos) for n, pos in rows.items() if n not in composed]
         results: list = [None] * len(texts)
         groups, start = [], 0
         for n, pos in routed:  # numbered from 0 in this order: run_routed's positions
@@ -241,10 +237,9 @@ class AdapterHub:
             order = [i for _, pos in routed for i in pos]
             for i, pred in zip(order, run_routed(self.model, self.base.tokenizer, groups)):
                 results[i] = pred
-        for n, pos in rows.items():
-            if self._composed(n):
-                for i, pred in zip(pos, self._through([texts[i] for i in pos], n, n)):
-                    results[i] = pred
+        for n, pos in composed.items():
+            for i, pred in zip(pos, self._through([texts[i] for i in pos], n, n)):
+                results[i] = pred
         return results
 
     def _parallel(self, texts: list[str], block: Parallel) -> list[dict]:
@@ -289,7 +284,8 @@ class AdapterHub:
         m = self._manifest(name)
         task = self._task(m)
         examples = [task.parse_input(t) for t in texts]
-        task.check_inputs(examples, m, m.get("name", name))  # not a server's slot name
+        # the manifest's name, not a server's slot name
+        task.check_inputs(examples, m["training"].get("text_pairs"), m.get("name", name))
         return RowGroup(name, task, list(m["head"]["labels"]),
                         int(m["training"].get("max_length", DEFAULT_MAX_LENGTH)), examples,
                         list(positions))

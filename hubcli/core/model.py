@@ -44,6 +44,13 @@ def _swap(root: nn.Module, path: str, wrap) -> nn.Module:
     return wrapped
 
 
+def _refuse_reserved(name: str) -> None:
+    """Raises AdapterError: `name` is `BASE`, which routes a row to the untouched base."""
+    if name == BASE:
+        raise AdapterError(f"{BASE} is reserved: it routes a row to the untouched base",
+                           hint="pick another name")
+
+
 class AdapterModel(RoutedPasses, nn.Module):
     """A frozen encoder with adapter sites injected (every placement of the targets table, for
     every method), plus one head per adapter."""
@@ -102,15 +109,10 @@ class AdapterModel(RoutedPasses, nn.Module):
         exactly the identity for LoRA), with zero deltas on the LayerNorms it trains.
 
         Raises:
-            AdapterError: `name` exists already, or is `BASE` (reserved).
+            AdapterError: see `require_free`.
             ValueError: a layer index out of range.
         """
-        if name in self.infos:
-            raise AdapterError(f"an adapter named {name!r} is already loaded",
-                               hint="remove it first or pick another name")
-        if name == BASE:
-            raise AdapterError(f"{BASE} is reserved: it routes a row to the untouched base",
-                               hint="pick another name")
+        self.require_free(name)
         layers = set(config.resolved_layers(self.num_layers))
         for (i, placement), site in self.adapter_sites.items():
             if i in layers and placement in config.placement:
@@ -162,6 +164,14 @@ class AdapterModel(RoutedPasses, nn.Module):
         self.infos[name] = AdapterInfo(block, head)
         return name
 
+    def require_free(self, name: str) -> None:
+        """Raises AdapterError: an adapter or composition is loaded as `name`, or it is `BASE`
+        (reserved)."""
+        if name in self.infos or name in self.compositions:
+            raise AdapterError(f"an adapter named {name!r} is already loaded",
+                               hint="remove it first or pick another name")
+        _refuse_reserved(name)
+
     def _new_head(self, head: HeadConfig) -> nn.Module:
         """A fresh head on the base's device, in its dtype (a model made half runs halves), and
         in the model's mode: a head added to a model in eval mode must not drop out."""
@@ -210,9 +220,7 @@ class AdapterModel(RoutedPasses, nn.Module):
         Raises:
             AdapterError: a name or fusion in `block` that is not loaded, or `name` is `BASE`.
         """
-        if name == BASE:
-            raise AdapterError(f"{BASE} is reserved: it routes a row to the untouched base",
-                               hint="pick another name")
+        _refuse_reserved(name)  # its own adapter (a stack's top) may be loaded as `name`
         self._require_block(block)
         self.compositions[name] = block
         self._renumber()

@@ -48,8 +48,7 @@ class OnnxPredictor:
         Raises:
             UsageError: an input the adapter was not trained to take (`Task.check_inputs`).
         """
-        recorded = {"training": {"text_pairs": self.meta.get("text_pairs")}}
-        self.task.check_inputs(examples, recorded, self.meta["name"])
+        self.task.check_inputs(examples, self.meta.get("text_pairs"), self.meta["name"])
         feats = self.task.encode(examples, self.tokenizer, self.labels, self.max_length,
                                  with_targets=False)
         token_level = self.meta["head"]["type"] in TOKEN_HEADS

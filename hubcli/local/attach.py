@@ -72,14 +72,10 @@ def attach(model, base_info, bundle: VerifiedBundle, *, name: str | None = None,
         AdapterError: the weights file cannot be read, or another adapter of a component's
             name is attached.
     """
-    from hubcli.errors import AdapterError
-
     manifest = bundle.manifest
     check_base(manifest, base_info, allow_base_mismatch=allow_base_mismatch, notify=notify)
     name = name or manifest["name"]
-    if name in model.infos or name in model.compositions:  # before a component is attached
-        raise AdapterError(f"an adapter named {name!r} is already loaded",
-                           hint="remove it first, or load this one under another name")
+    model.require_free(name)  # before a component is attached
     blocks = [_attach_component(model, base_info, c, allow_base_mismatch, notify)
               for c in bundle.components]
     _attach_own(model, bundle, name, blocks)

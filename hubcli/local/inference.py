@@ -211,8 +211,9 @@ class Predictor:
     def _check(self, examples: list) -> None:
         """Raises what `Task.check_inputs` raises for an example this adapter was not
         trained to take."""
-        name = (self.manifest or {}).get("name", str(self.source))
-        self.task.check_inputs(examples, self.manifest, name)
+        m = self.manifest or {}
+        self.task.check_inputs(examples, m.get("training", {}).get("text_pairs"),
+                               m.get("name", str(self.source)))
 
     def evaluate(self, examples: list) -> dict[str, float]:
         """The task's metrics on labelled `examples`.

@@ -135,9 +135,10 @@ class Task(ABC):
             UsageError: the line lacks a part the task needs.
         """
 
-    def check_inputs(self, examples: list, manifest: dict | None, name: str) -> None:
-        """Raises UsageError: an input adapter `name` (`manifest`) was not trained to take.
-        Only sentence tasks say anything (a pair, or a single text)."""
+    def check_inputs(self, examples: list, text_pairs: bool | None, name: str) -> None:
+        """Raises UsageError: an input adapter `name` was not trained to take (its manifest's
+        `training.text_pairs`). Only sentence tasks say anything (a pair, or a single
+        text)."""
 
     @abstractmethod
     def describe(self, pred: dict) -> str:

@@ -83,28 +83,29 @@ class SentenceTask(Task):
         text, tab, pair = line.partition("\t")
         return SentenceExample(text, pair if tab else None)
 
-    def check_inputs(self, examples: list[SentenceExample], manifest: dict | None,
+    def check_inputs(self, examples: list[SentenceExample], text_pairs: bool | None,
                      name: str) -> None:
         """A single text where adapter `name` was trained on sentence pairs, or a pair where
-        it was trained on single texts (the manifest's `training.text_pairs`; nothing is
-        checked where it is not recorded).
+        it was trained on single texts (`text_pairs`, its manifest's `training.text_pairs`;
+        nothing is checked where it is not recorded, None).
 
         Raises:
             DataError: such an example of a data file (`hub eval`), naming its line.
             UsageError: such an input (`hub predict`, the API, `hub serve`).
         """
-        pairs = ((manifest or {}).get("training") or {}).get("text_pairs")
+        if text_pairs is None:
+            return
         for number, example in enumerate(examples, 1):
-            if pairs is None or (example.pair is not None) == pairs:
+            if (example.pair is not None) == text_pairs:
                 continue
             if example.path is not None:  # a data file's row
                 problem, hint = ((f"one text, and {name} was trained on sentence pairs",
                                   "give data with the second texts (--text-pair-column)")
-                                 if pairs else
+                                 if text_pairs else
                                  (f"a second text, and {name} was trained on single texts",
                                   "give data without a second-text column"))
                 raise DataError(problem, path=example.path, line=example.line, hint=hint)
-            if pairs:
+            if text_pairs:
                 raise UsageError(f"input {number} is one text, and {name} was trained on "
                                  "sentence pairs", hint="give each input as TEXT<TAB>PAIR "
                                  "(hub predict with one adapter: or --pair PAIR)")
