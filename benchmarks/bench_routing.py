@@ -17,6 +17,12 @@ batch of 64 short sentences from the shipped sentiment sample:
             below), which Parallel runs once for all four, vs their 4 separate passes
             (sep4_top{K})
 - fuse:     a Fuse of 3 adapters (activate), vs bare
+- mixed_fuse: the mixed batch with a ninth of its rows through that fusion, by its name, in
+            one routed pass by segments, vs mixed_fuse_apart: the single adapters' rows
+            routed, then the fusion's rows in a pass of their own (how composed adapters ran
+            beside others before they were routed); mixed_fuse_gathered and
+            mixed_fuse_apart_gathered: the same, the single adapters' rows gathered (in one
+            pass, the fusion's rows then run by segments on the stacks' output)
 
 Before timing, every Parallel and the mixed batch, both ways, are checked against each
 adapter's own pass (`max_abs_diff`). The variants run interleaved (A B C ... A B C ...), `--repeats`
@@ -210,6 +216,9 @@ def main() -> None:
     per_row = [names[i % len(names)] for i in range(len(texts))]
     groups = {n: [i for i, m in enumerate(per_row) if m == n] for n in names}
     four = Parallel(*names[:4])
+    with_fuse = [(*names, fuse.name)[i % (len(names) + 1)] for i in range(len(texts))]
+    apart = [[i for i, n in enumerate(with_fuse) if (n == fuse.name) is mine]
+             for mine in (False, True)]  # the single adapters' rows, the fusion's
 
     def one():
         model.activate(names[0])
@@ -247,20 +256,39 @@ def main() -> None:
         model.activate(fuse)
         model(**batch)
 
+    def mixed_fuse(gather):
+        def run():
+            model.gather = gather
+            model.forward_routed(**batch, per_row=with_fuse)
+        return run
+
+    def mixed_fuse_apart(gather):
+        def run():
+            model.gather = gather
+            model.forward_routed(**{k: v[apart[0]] for k, v in batch.items()},
+                                 per_row=[with_fuse[i] for i in apart[0]])
+            model.activate(fuse)
+            model(**{k: v[apart[1]] for k, v in batch.items()})
+        return run
+
     blocks = {"": four, **{f"_top{top}": Parallel(*(f"top{top}_{k}" for k in range(4)))
                            for top in tops}}
     # two groups, each interleaved on its own, as a server sends one kind of traffic: the
     # mixed batch's over the 8 adapters, then the Parallels', the top-layer adapters added
     # for them (a gathered route numbers every adapter loaded: `gathered.py`)
     mixes = {"mixed": mixed(False), "mixed_gathered": mixed(True), "one": one,
-             "bare": bare, "naive": naive, "fuse": fused}
+             "bare": bare, "naive": naive, "fuse": fused,
+             **{f"mixed_fuse{way}{mode}": make(gather) for mode, gather in
+                (("", False), ("_gathered", True))
+                for way, make in (("", mixed_fuse), ("_apart", mixed_fuse_apart))}}
     parallels = {}
     for suffix, block in blocks.items():
         parallels[f"parallel{suffix}"] = parallel_of(block, False)
         parallels[f"parallel_gathered{suffix}"] = parallel_of(block, True)
         parallels[f"sep4{suffix}"] = separately(block)
     with torch.inference_mode():
-        diff = max_abs_diff(model, batch, per_row, [four])
+        diff = max(max_abs_diff(model, batch, per_row, [four]),
+                   max_abs_diff(model, batch, with_fuse, []))
         times = interleaved(mixes, args.repeats, sync)
         counts = {k: launches(f) for k, f in mixes.items()}
         add_tops(model, tops, args.host_bound)
@@ -276,7 +304,10 @@ def main() -> None:
                 **{f"parallel4{mode}{suffix}_speedup_vs_4_passes":
                    round(t[f"sep4{suffix}"] / t[f"parallel{mode}{suffix}"], 3)
                    for suffix in blocks for mode in ("", "_gathered")},
-                "fuse3_time_vs_bare": round(t["fuse"] / t["bare"], 3)}
+                "fuse3_time_vs_bare": round(t["fuse"] / t["bare"], 3),
+                **{f"mixed_fuse{mode}_vs_apart_throughput":
+                   round(t[f"mixed_fuse_apart{mode}"] / t[f"mixed_fuse{mode}"], 3)
+                   for mode in ("", "_gathered")}}
 
     print(json.dumps({
         "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),

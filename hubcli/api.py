@@ -10,10 +10,10 @@
     hub.deactivate()                        # the untouched base again, bit for bit
 
 A list of adapters (one per text) runs in one routed pass per batch: each row through its own
-adapter, however many are mixed. `Parallel` runs the layers below all of its adapters once
-and each adapter from there (`AdapterModel.forward_parallel`). A composed adapter (a fusion,
-a stack) is not routed row by row: its texts run in passes of its own, beside the others'.
-Every load goes through the same verification as `hub predict`.
+adapter, however many are mixed, composed ones (a fusion, a stack) included. `Parallel` runs
+the layers below all of its adapters once and each adapter from there
+(`AdapterModel.forward_parallel`). Every load goes through the same verification as
+`hub predict`.
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ class AdapterHub:
         self.model.to(where)  # adapters and heads added later are made beside the base
         self.model.eval()
         self.manifests: dict[str, dict] = {}  # every adapter usable by name, components too
+        self.components: dict[str, tuple[str, ...]] = {}  # a composed adapter's, by name
+        self._added: set[str] = set()  # loaded by `add` (not only as a component)
         self.active: str | None = None
         self.notify = notify
 
@@ -85,6 +87,7 @@ class AdapterHub:
             attach(self.model, self.base.info, bundle, name=name,
                    allow_base_mismatch=allow_base_mismatch, notify=self.notify)
         self._record(bundle, name)
+        self._added.add(name)
         self.activate(name)
         return name
 
@@ -94,6 +97,8 @@ class AdapterHub:
         for component in bundle.components:
             self._record(component, component.manifest["name"])
         self.manifests[name] = bundle.manifest
+        if bundle.components:
+            self.components[name] = tuple(c.manifest["name"] for c in bundle.components)
 
     def activate(self, name: str) -> None:
         """Predict with adapter `name` (a composed one too) when `predict` names none.
@@ -109,18 +114,13 @@ class AdapterHub:
         self.active = None
 
     def remove(self, name: str) -> None:
-        """Detach adapter `name` (a composed one's own part; its components stay).
+        """Detach adapter `name`; a composed one's components go with it unless loaded on
+        their own or used by another composed adapter loaded.
 
         Raises:
             AdapterError: no such adapter, or a component of a composed adapter loaded
                 (shared when loaded on its own too): remove that first."""
-        from hubcli.core.composition import fusions_in, names_in
-
-        own = self.model.compositions.get(name)  # a fusion's parameters: under its block's name
-        own = own.name if isinstance(own, Fuse) else name
-        users = [n for n, block in self.model.compositions.items()
-                 if n != name and n in self.manifests and (name in names_in(block) or own in {
-                     f.name for f in fusions_in(block)})]
+        users = [n for n, used in self.components.items() if name in used]
         if users:
             from hubcli.errors import AdapterError
 
@@ -128,8 +128,26 @@ class AdapterHub:
                                hint=f"remove {users[0]} first")
         self.model.remove_adapter(name)
         self.manifests.pop(name, None)
+        self._added.discard(name)
         if self.active == name:
             self.active = None
+        for component in dict.fromkeys(self.components.pop(name, ())):
+            if component not in self._added and not any(
+                    component in used for used in self.components.values()):
+                self.remove(component)  # nothing loaded needs it any more
+
+    def holds(self, name: str) -> list[str]:
+        """The names whose tensors adapter `name` holds in memory: its own (a fusion's under
+        its block's name), then its components', each once.
+
+        Raises:
+            AdapterError: no such adapter."""
+        self._manifest(name)
+        block = self.model.compositions.get(name)
+        own = [block.name if isinstance(block, Fuse) else name]
+        for component in self.components.get(name, ()):
+            own += [n for n in self.holds(component) if n not in own]
+        return own
 
     @property
     def adapters(self) -> list[str]:
@@ -200,12 +218,6 @@ class AdapterHub:
                                hint="pass adapter=NAME for the one you mean")
         return loaded[0] if loaded else (owner(block), block)
 
-    def _composed(self, name: str) -> bool:
-        """True for a fusion or a stack: its rows cannot be routed with others'."""
-        info = self.model.infos.get(name)
-        return name in self.model.compositions or (info is not None
-                                                    and isinstance(info.config, Fuse))
-
     def _through(self, texts: list[str], name: str, block) -> list[dict]:
         """Every text through `block`, activated, predicting with adapter `name`'s head."""
         from hubcli.local.inference import Predictor
@@ -219,47 +231,35 @@ class AdapterHub:
         return predictor.predict([task.parse_input(t) for t in texts])
 
     def _each(self, texts: list[str], adapters: list[str]) -> list[dict]:
-        """Text i through adapters[i]: the single adapters' texts in one routed pass per batch,
-        each composed adapter's in passes of its own."""
+        """Text i through adapters[i], in one routed pass per batch."""
         from hubcli.local.inference import run_routed
 
         rows: dict[str, list[int]] = {}
         for i, n in enumerate(adapters):
             rows.setdefault(n, []).append(i)
-        composed = {n: pos for n, pos in rows.items() if self._composed(n)}
-        routed = [(n, pos) for n, pos in rows.items() if n not in composed]
-        results: list = [None] * len(texts)
         groups, start = [], 0
-        for n, pos in routed:  # numbered from 0 in this order: run_routed's positions
+        for n, pos in rows.items():  # numbered from 0 in this order: run_routed's positions
             groups.append(self._group(n, [texts[i] for i in pos], range(start, start + len(pos))))
             start += len(pos)
-        if groups:
-            order = [i for _, pos in routed for i in pos]
-            for i, pred in zip(order, run_routed(self.model, self.base.tokenizer, groups)):
-                results[i] = pred
-        for n, pos in composed.items():
-            for i, pred in zip(pos, self._through([texts[i] for i in pos], n, n)):
-                results[i] = pred
+        results: list = [None] * len(texts)
+        order = [i for pos in rows.values() for i in pos]
+        for i, pred in zip(order, run_routed(self.model, self.base.tokenizer, groups)):
+            results[i] = pred
         return results
 
     def _parallel(self, texts: list[str], block: Parallel) -> list[dict]:
-        """{adapter: prediction} for every text: the single adapters as one Parallel (two at
-        least), each composed one (or a lone single one) in passes of its own."""
+        """{adapter: prediction} for every text, all the adapters as one Parallel (a lone one:
+        routed)."""
         from hubcli.local.inference import run_parallel
 
-        single = [n for n in block.children if not self._composed(n)]
-        by_adapter: dict[str, list[dict]] = {}
-        if len(single) > 1:
-            groups = [self._group(n, texts, range(j * len(texts), (j + 1) * len(texts)))
-                      for j, n in enumerate(single)]
-            flat = run_parallel(self.model, self.base.tokenizer, groups)
-            by_adapter = {n: flat[j * len(texts):(j + 1) * len(texts)]
-                          for j, n in enumerate(single)}
-        for n in block.children:
-            if n not in by_adapter:
-                by_adapter[n] = (self._through(texts, n, n) if self._composed(n) else
-                                 self._each(texts, [n] * len(texts)))
-        return [{n: by_adapter[n][i] for n in block.children} for i in range(len(texts))]
+        names = list(dict.fromkeys(block.children))
+        if len(names) == 1:
+            return [{names[0]: p} for p in self._each(texts, names * len(texts))]
+        groups = [self._group(n, texts, range(j * len(texts), (j + 1) * len(texts)))
+                  for j, n in enumerate(names)]
+        flat = run_parallel(self.model, self.base.tokenizer, groups)
+        return [{n: flat[j * len(texts) + i] for j, n in enumerate(names)}
+                for i in range(len(texts))]
 
     def _manifest(self, name: str) -> dict:
         if name not in self.manifests:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_core_routing import SEQ, TEXTS, _randomise, encode
+from test_core_routing import SEQ, TEXTS, _randomise, alone, encode
 
 from hubcli.core.composition import Fuse, Parallel, Stack
 from hubcli.core.config import HoulsbyConfig, LoraConfig
 from hubcli.core.heads import HeadConfig
 from hubcli.core.model import AdapterModel
+from hubcli.core.routing import BASE
 from hubcli.errors import AdapterError
 
 TAGS = HeadConfig("token_classification", 3, ("O", "B", "I"))
@@ -270,10 +271,6 @@ def test_training_touches_only_what_is_trained(model, base, what):
 
 
 def test_parallel_cannot_be_activated_and_fusions_need_loaded_adapters(model, base):
-    fused = Fuse("a", "c")
-    model.add_fusion(fused, SEQ)
-    with pytest.raises(AdapterError, match="is a fusion or stack; rows are routed to single adapters"):
-        model.forward_routed(**encode(base.tokenizer, TEXTS[:1]), per_row=[fused.name])
     with pytest.raises(AdapterError, match="cannot be activated"):
         model.activate(Parallel("a", "b"))
     with pytest.raises(AdapterError, match="no adapter named 'zz'"):
@@ -302,7 +299,7 @@ def test_a_fusion_owning_layernorm_deltas_starts_from_its_components(model, base
     assert torch.allclose(hidden, expected, atol=1e-5, rtol=0)
 
 
-def test_a_named_composition_activates_by_name_and_is_never_routed(model, base):
+def test_a_named_composition_activates_by_name(model, base):
     batch = encode(base.tokenizer, TEXTS[:2])
     model.add_adapter("top", HoulsbyConfig(bottleneck=4), SEQ)
     _randomise(model, "top", seed=9)
@@ -312,8 +309,6 @@ def test_a_named_composition_activates_by_name_and_is_never_routed(model, base):
         by_name = model(**batch)
         model.activate(Stack("a", "top"))
         assert torch.equal(by_name, model(**batch))
-    with pytest.raises(AdapterError, match="top is a fusion or stack"):
-        model.forward_routed(**batch, per_row=["top", "a"])
     fused = Fuse("a", "b")
     model.add_fusion(fused, SEQ, sites=[(0, "ffn_output")])
     assert [k for k, s in model.adapter_sites.items() if fused.name in s.fusions] == [
@@ -342,3 +337,62 @@ def test_a_fusion_activates_by_the_name_add_fusion_returns(model, base):
         base_under_its_head = model.heads[name](model.encode(**batch), batch["attention_mask"])
     assert torch.equal(by_name, by_block)
     assert not torch.allclose(by_name, base_under_its_head, atol=1e-3)
+
+
+def _composed_set(model) -> list[str]:
+    """Beside a, b, c: a stack named by its top, whose top reads past its Linear (it sees the
+    LayerNorm with its own deltas); a fusion with LayerNorm deltas, by its own name and by a
+    composition's; a fusion of a stack and an adapter."""
+    model.add_adapter("pf", HoulsbyConfig(bottleneck=4, reads="normed", skip="sum"), SEQ)
+    model.name_composition("pf", Stack("a", "pf"))
+    fused = model.add_fusion(Fuse("a", "c"), SEQ, train_layernorm=True)
+    model.name_composition("ac", Fuse("a", "c"))
+    deep = model.add_fusion(Fuse(Stack("b", "a"), "c"), SEQ)
+    for k, name in enumerate(("pf", fused, deep)):
+        _randomise(model, name, seed=20 + k)  # fusions far from their identity start
+    return ["pf", fused, "ac", deep]
+
+
+@pytest.mark.parametrize("gather", [False, True], ids=["segments", "gathered"])
+def test_composed_adapters_route_beside_single_ones_each_row_as_alone(model, base, gather):
+    """Stacks and fusions, by name, in one routed pass with single adapters and base rows:
+    each row gives what it gives alone (activated); the base rows stay the base's. Gathered,
+    the single adapters' rows run over the stacks (a composed adapter's rows are the base's
+    there), then each composed adapter's block on its own rows."""
+    pf, fused, ac, deep = _composed_set(model)
+    per_row = [pf, fused, "b", BASE, ac, "a", deep, "c", fused, BASE, pf, deep]
+    batch = encode(base.tokenizer, TEXTS[:len(per_row)])
+    model.gather = gather
+    with torch.inference_mode():
+        with model.routing(per_row) as route:
+            assert route.gathering() is gather and route.single == ("a", "b", "c")
+        model.deactivate()
+        reference = model.encode(**batch)
+        hidden, logits = model.forward_routed(**batch, per_row=per_row)
+        for i, name in enumerate(per_row):
+            if name == BASE:
+                assert torch.equal(hidden[i], reference[i]) and logits[i] is None
+                continue
+            expected = alone(model, base.tokenizer, TEXTS[i], name)
+            got = logits[i][:int(batch["attention_mask"][i].sum())] if name == "b" else logits[i]
+            assert torch.allclose(got, expected, atol=1e-5, rtol=0), (i, name)
+        model.deactivate()
+        assert not torch.allclose(logits[0], model.heads[pf](reference[:1], batch[
+            "attention_mask"][:1])[0], atol=1e-3)  # the stack really acts
+
+
+def test_parallel_takes_composed_adapters_by_name(model, base):
+    """A Parallel of a fusion, a stack and an adapter equals each alone; its shared trunk
+    starts below every adapter the fusion and the stack use."""
+    pf, fused, _ac, deep = _composed_set(model)
+    model.add_adapter("up", HoulsbyConfig(bottleneck=8, layers=(1,), layernorm="own-layers"), SEQ)
+    _randomise(model, "up", seed=30)
+    assert model.first_layer_acting(["up"]) == 1
+    # its Stack(b, a) holds a, which has deltas on the embeddings' LayerNorm
+    assert model.first_layer_acting(["up", deep]) is None
+    batch = encode(base.tokenizer, TEXTS[:4])
+    with torch.inference_mode():
+        together = model.forward_parallel(**batch, block=Parallel(pf, fused, deep, "up"))
+        for name in (pf, fused, deep, "up"):
+            model.activate(name)
+            assert torch.allclose(together[name], model(**batch), atol=1e-5, rtol=0), name

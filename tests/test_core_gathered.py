@@ -332,18 +332,20 @@ def test_a_gathered_parallel_stacks_only_its_blocks_adapters(base, monkeypatch):
 
 def test_routing_follows_tables_edited_behind_the_models_back(base):
     """The routable adapters are kept between passes; a composition dropped from the model's
-    table directly (as a test of fusion does) must not leave its name refused."""
+    table directly (as a test of fusion does) must leave its name routable as an adapter:
+    gathered, in the numbering (else the route is refused)."""
     model = AdapterModel(base.encoder)
     model.eval()
+    model.gather = True
     model.add_adapter("s", HoulsbyConfig(bottleneck=2), SEQ)
     model.name_composition("s", Stack("s"))
-    with pytest.raises(AdapterError, match="fusion or stack"):
-        with model.routing(["s"]):
-            pass
+    with model.routing(["s"]) as route:  # composed: slot 0, its block run after
+        assert route.blocks == {"s": Stack("s")} and route.slots.tolist() == [0]
     model.compositions.clear()
     for model.gather in (False, True):
         with model.routing(["s", BASE]) as route:
-            assert route.names == ("s",)
+            assert route.names == ("s",) and not route.blocks
+            assert (route.numbering == ("s",)) is model.gather
 
 
 def test_removing_a_fusion_leaves_the_kept_stacks_of_routing(base):

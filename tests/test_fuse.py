@@ -206,16 +206,56 @@ def test_fuse_needs_two_adapters_and_no_full_finetune(runs, tmp_path):
         "stack keeps its components frozen" in r.stderr  # a flag: no value after it
 
 
-def test_the_server_refuses_a_composed_adapter_at_attach(runs, tiny_base_dir):
-    """A mixed batch routes each row through one adapter: a fusion there would fail the
-    batch it joins, so it is refused when loaded."""
-    from hubcli.errors import AdapterError
-    from hubcli.serving.engine import Engine
+def test_the_server_serves_fusions_and_stacks_beside_single_adapters(runs, tiny_base_dir):
+    """`hub serve` refused composed adapters. Concurrent requests for a fusion, an adapter
+    stacked on one of its components, a component served on its own and the base, batched
+    together by two workers, each get what that adapter predicts alone; a composed adapter
+    counts its components' memory, and they go with the last served adapter needing them."""
+    from concurrent.futures import ThreadPoolExecutor
 
+    import httpx
+    from test_serve import running
+
+    from hubcli.format.manifest import weights_file
+    from hubcli.serving.batcher import BatchSettings
+    from hubcli.serving.engine import Engine
+    from hubcli.serving.pool import Pool
+    from hubcli.serving.service import ServeSettings
+
+    served = [str(runs / n) for n in ("fusion", "stacked", "sst-b")]
+    texts = ["a gripping film", "dull", "fine", "an utter mess", "quietly moving"]
+    alone = {ref: [{"text": t, **p} for t, p in zip(texts, _fresh(ref).predict(texts))]
+             for ref in served}
+    alone["__base__"] = None
     engine = Engine(str(tiny_base_dir))
-    with pytest.raises(AdapterError, match="is a fusion or stacked adapter"):
-        engine.attach(runs / "stacked")
-    assert engine.hub.adapters == []
+    pool = Pool(engine)
+    for ref in served:
+        pool.add(ref)
+    requests = [(ref, i) for _ in range(3) for ref in alone for i in range(0, 5, 2)]
+    with running(pool, ServeSettings(BatchSettings(max_wait_ms=50, workers=2))) as (url, _s):
+        with httpx.Client(timeout=60) as client, ThreadPoolExecutor(len(requests)) as ex:
+            answers = list(ex.map(lambda r: client.post(f"{url}/v1/predict", json={
+                "adapter": r[0], "inputs": texts[r[1]:r[1] + 2]}), requests))
+            base = client.post(f"{url}/v1/predict", json={"adapter": "__base__",
+                                                          "inputs": texts}).json()
+    alone["__base__"] = base["predictions"]
+    assert [a.status_code for a in answers] == [200] * len(requests)
+    for (ref, i), answer in zip(requests, answers):
+        assert close(answer.json()["predictions"], alone[ref][i:i + 2]), ref
+
+    def size(*names: str) -> int:
+        files = [runs / n / weights_file(manifest_io.read(runs / n)) for n in names]
+        return sum(t.numel() * t.element_size() for f in files for t in load_file(f).values())
+
+    listed = pool.listing()
+    assert [listed[ref]["bytes"] for ref in served] == [
+        size("fusion", *COMPONENTS), size("stacked", "sst-a"), size("sst-b")]
+    pool.remove(served[0])  # sst-a stays: the stacked adapter needs it
+    assert sorted(engine.hub.model.infos) == ["slot1", "slot2", "sst-a"]
+    pool.remove(served[1])
+    pool.remove(served[2])
+    assert engine.hub.model.infos == {} and engine.hub.model.compositions == {}
+    assert engine.hub.manifests == {} and engine.hub.components == {}
 
 
 def test_composed_adapters_are_not_exported_as_one_library_adapter(runs, tmp_path):
@@ -346,7 +386,8 @@ def test_predict_a_runs_composed_adapters_beside_their_components(runs, order):
 def test_a_loaded_fusion_by_its_block_with_the_base_and_kept_whole(runs):
     """compose=Fuse(...) of a loaded fusion predicts as the fusion (it looked up the block's
     own name); a Parallel of it and __base__ runs; its components cannot be removed from
-    under it, even when loaded on their own too (shared); no fusion loads as __base__."""
+    under it, even when loaded on their own too (shared), and go with it unless loaded on
+    their own; no fusion loads as __base__."""
     from hubcli.core.composition import Fuse, Parallel
     from hubcli.errors import AdapterError
     from hubcli.format.vocab import BASE
@@ -363,6 +404,9 @@ def test_a_loaded_fusion_by_its_block_with_the_base_and_kept_whole(runs):
     with pytest.raises(AdapterError, match="__base__ is reserved"):
         hub.load(runs / "stacked", name=BASE)
     assert "__base__" not in hub.model.infos and "__base__" not in hub.model.compositions
+    hub.remove("fusion")  # its components go with it, but sst-a, loaded on its own too
+    assert hub.adapters == ["sst-a"] and list(hub.model.infos) == ["sst-a"]
+    assert hub.predict(texts) == _fresh(runs / "sst-a").predict(texts)
 
 
 def test_two_fusions_over_the_same_adapters_load_side_by_side(runs):

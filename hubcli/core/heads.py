@@ -139,21 +139,23 @@ def routed_heads(heads: AdapterTable, segments: list[tuple[str, int, int]],
                  hidden: torch.Tensor, mask: torch.Tensor, stacks: dict,
                  to: torch.device | str | None = None, *, route: Route | None = None
                  ) -> dict[str, torch.Tensor]:
-    """Each segment's rows (name, first, end) through that adapter's head: {name: its rows'
-    outputs}, moved `to` (in one copy per head, or per stack). Where `route` (the rows'
-    route, in its order) gathers, in inference, heads of one kind run as one `HeadStack`
-    over the rows they span (`_kind_stack`), kept in `stacks` per kind; else each head runs
-    on its own rows."""
+    """Each segment's rows (name, first, end) through that adapter's head (a composed
+    adapter's: its owner's, `Route.owner_of`): {name: its rows' outputs}, moved `to` (in one
+    copy per head, or per stack). Where `route` (the rows' route, in its order) gathers, in
+    inference, heads of one kind run as one `HeadStack` over the rows they span
+    (`_kind_stack`), kept in `stacks` per kind; else each head runs on its own rows."""
+    head = {n: heads[n if route is None else route.owner_of(n)] for n, _, _ in segments}
     gather = (route is not None and route.gathering()
-              and not any(heads[n].training for n, _, _ in segments))  # no dropout in a stack
+              and not any(h.training for h in head.values()))  # no dropout in a stack
     groups: dict = {}
-    for n, s, e in segments:
-        groups.setdefault(head_kind(heads[n]) if gather else n, []).append((n, s, e))
+    for n, s, e in segments:  # a composed adapter's head is not numbered: on its own
+        stacked = gather and n not in route.blocks
+        groups.setdefault(head_kind(head[n]) if stacked else n, []).append((n, s, e))
     out = {}
     for kind, members in groups.items():
         if len(members) == 1:
             n, s, e = members[0]
-            o = heads[n](hidden[s:e], mask[s:e])
+            o = head[n](hidden[s:e], mask[s:e])
             out[n] = o if to is None else o.to(to)
             continue
         stack, place = _kind_stack(heads, kind, tuple(n for n, _, _ in members), route, stacks)
@@ -162,7 +164,7 @@ def routed_heads(heads: AdapterTable, segments: list[tuple[str, int, int]],
         res = stack(hidden[lo:hi], mask[lo:hi], place.index_select(0, route.slots[lo:hi]))
         res = res if to is None else res.to(to)
         for n, s, e in members:
-            out[n] = res[s - lo:e - lo, ..., :heads[n].out.out_features]
+            out[n] = res[s - lo:e - lo, ..., :head[n].out.out_features]
     return out
 
 

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hubcli.core.composition import Block, Fuse, Stack
+from hubcli.core.composition import Block, Fuse, Stack, fusions_in, names_in
 from hubcli.core import gathered
 from hubcli.core.config import AdapterConfig, HoulsbyConfig, LoraConfig
 from hubcli.core.names import AdapterTable
@@ -270,17 +270,18 @@ class AdapterLinear(nn.Module):
     def _drop_input(self, _module: nn.Module, _args: tuple, _output: torch.Tensor) -> None:
         self.residual = None
 
-    def _run(self, name: str, x: torch.Tensor, y: torch.Tensor, rows: slice | None = None
-             ) -> torch.Tensor:
-        """Adapter `name` on `x`, `y`: the whole batch, or its routed `rows`. One reading past
-        the Linear sees the LayerNorm as the sublayer applies it to those rows: with the
-        active block's deltas, or with the routed adapter's own."""
+    def _run(self, name: str, x: torch.Tensor, y: torch.Tensor,
+             rows: tuple[slice, str] | None = None) -> torch.Tensor:
+        """Adapter `name` on `x`, `y`: the whole batch, or routed `rows` (its rows, and whose
+        LayerNorm deltas they use: the adapter's own, or its composition's owner's). One
+        reading past the Linear sees the LayerNorm as the sublayer applies it to those rows:
+        with the active block's deltas, or with the rows' owner's."""
         adapter = self.adapters[name]
         if not adapter.needs_sublayer:
             return adapter(x, y)
         layer_norm = self._wiring[1]
-        norm_as = layer_norm.active if rows is None else name
-        residual = self.residual if rows is None else self.residual[rows]
+        residual, norm_as = ((self.residual, layer_norm.active) if rows is None
+                             else (self.residual[rows[0]], rows[1]))
         return adapter(x, y, Sublayer(residual, partial(layer_norm.as_adapter, name=norm_as)))
 
     def remove(self, name: str) -> None:
@@ -303,12 +304,14 @@ class AdapterLinear(nn.Module):
             return y
         return self._composed(x, y, self.active)
 
-    def _composed(self, x: torch.Tensor, y: torch.Tensor, block: Block) -> torch.Tensor:
+    def _composed(self, x: torch.Tensor, y: torch.Tensor, block: Block,
+                  rows: tuple[slice, str] | None = None) -> torch.Tensor:
+        """`block` on `x`, `y`: the whole batch, or routed `rows` (see `_run`)."""
         if isinstance(block, str):
-            return self._run(block, x, y) if block in self.adapters else y
+            return self._run(block, x, y, rows) if block in self.adapters else y
         if isinstance(block, Stack):
             for child in block.children:
-                y = self._composed(x, y, child)
+                y = self._composed(x, y, child, rows)
             return y
         if isinstance(block, Fuse) and block.name in self.fusions:
             fusion = self.fusions[block.name]
@@ -319,20 +322,42 @@ class AdapterLinear(nn.Module):
                     isinstance(c, BottleneckAdapter) and not c.needs_sublayer
                     and c.act is children[0].act for c in children):
                 return fusion.forward_bottlenecks(y, children)
-            outputs = torch.stack([self._composed(x, y, c) for c in block.children])
+            outputs = torch.stack([self._composed(x, y, c, rows) for c in block.children])
             return fusion(y, outputs)
         return y
 
+    def _acts(self, route: Route, name: str) -> bool:
+        """Whether the rows of `name` change here: it has an adapter here, or, composed, one
+        of its block's adapters or fusions has."""
+        block = route.blocks.get(name)
+        if block is None:
+            return name in self.adapters
+        return (any(n in self.adapters for n in names_in(block))
+                or any(f.name in self.fusions for f in fusions_in(block)))
+
     def _routed(self, x: torch.Tensor, y: torch.Tensor, route: Route) -> torch.Tensor:
         if route.gathering():
-            used = self.adapters.count_of(route.keys)
-            if not used:
-                return y
-            stack = self._stacked(route, gathered.stacks_all(used, len(self.adapters)))
-            if stack is not None:  # else the adapters here cannot share one: by segments
-                return stack(x, y, route)
-        return route.apply(y, self.adapters.__contains__,
-                           lambda n, s, e: self._run(n, x[s:e], y[s:e], slice(s, e)))
+            out = self._gathered(x, y, route)
+            if out is not None:  # the single adapters' rows; the composed run on theirs
+                return route.apply(out, lambda n: n in route.blocks and self._acts(route, n),
+                                   partial(self._segment, route, x, out)) if route.blocks else out
+        acts = partial(self._acts, route) if route.blocks else self.adapters.__contains__
+        return route.apply(y, acts, partial(self._segment, route, x, y))
+
+    def _gathered(self, x: torch.Tensor, y: torch.Tensor, route: Route) -> torch.Tensor | None:
+        """Every single adapter's rows at once over stacked weights, the other rows kept as
+        `y`; None where the adapters here cannot share a stack (run by segments then)."""
+        used = self.adapters.count_of(route.keys)
+        if not used:
+            return y
+        stack = self._stacked(route, gathered.stacks_all(used, len(self.adapters)))
+        return None if stack is None else stack(x, y, route)
+
+    def _segment(self, route: Route, x: torch.Tensor, y: torch.Tensor, name: str, start: int,
+                 end: int) -> torch.Tensor:
+        """Rows start..end of adapter `name` (a composed one: through its block)."""
+        return self._composed(x[start:end], y[start:end], route.blocks.get(name, name),
+                              (slice(start, end), route.owner_of(name)))
 
     def _stacked(self, route: Route, every: bool) -> gathered.Bottlenecks | None:
         """The adapters here stacked in the slots of the route's numbering: `every` one, or
@@ -343,7 +368,7 @@ class AdapterLinear(nn.Module):
             stack = self._stack_of(route, None)
             if stack is not None:
                 return stack
-        return self._stack_of(route, tuple(n for n in route.names if n in self.adapters))
+        return self._stack_of(route, tuple(n for n in route.single if n in self.adapters))
 
     def _stack_of(self, route: Route, names: tuple[str, ...] | None
                   ) -> gathered.Bottlenecks | None:
@@ -396,14 +421,17 @@ class DeltaLayerNorm(nn.Module):
         route = self.routes.route
         if route is None:
             return self.as_adapter(x, self.active)
+        def own(n: str, s: int, e: int) -> torch.Tensor:  # the rows' owner's deltas
+            return self.as_adapter(x[s:e], route.owner_of(n))
+
         if route.gathering():
             with_deltas = self.deltas.count_of(route.keys)
-            if not with_deltas:
-                return self.base_layer(x)
-            return self._stacked(route.numbering)(
-                x, self.base_layer, route, route.has_base or with_deltas < len(route.names))
-        return route.apply(self.base_layer(x), self.deltas.__contains__,
-                           lambda n, s, e: self.as_adapter(x[s:e], n))
+            out = self.base_layer(x) if not with_deltas else self._stacked(route.numbering)(
+                x, self.base_layer, route, route.has_base or with_deltas < len(route.single))
+            # a composed adapter's rows (slot 0: the base's here) with their owner's
+            return route.apply(out, lambda n: n in route.blocks and route.owner_of(n)
+                               in self.deltas, own) if route.blocks else out
+        return route.apply(self.base_layer(x), lambda n: route.owner_of(n) in self.deltas, own)
 
     def _stacked(self, numbering: tuple[str, ...]) -> gathered.LayerNorms:
         """This LayerNorm's parameters per slot of `numbering`: every adapter numbered, its

@@ -274,15 +274,25 @@ class AdapterModel(RoutedPasses, nn.Module):
             raise AdapterError(f"{block} yields one output per adapter and cannot be activated",
                                hint="use forward_parallel(), or AdapterHub.predict(compose=...)")
         if isinstance(block, str):  # a composition's or a fusion's name: its block
-            info = self.infos.get(block)
-            block = self.compositions.get(block, info.config if info is not None
-                                          and isinstance(info.config, Fuse) else block)
+            block = self.block_of(block)
         self._require_block(block)
         for site in self.adapter_sites.values():
             site.active = block
         for site in self.layernorm_sites.values():
             site.active = owner(block)
         self.active = owner(block)
+
+    def block_of(self, name: str) -> Block:
+        """What `name` runs: the block of a composition (`name_composition`) or of a fusion
+        (`add_fusion`) of that name, else the adapter `name` itself.
+
+        Raises:
+            AdapterError: nothing of that name is loaded."""
+        if name in self.compositions:
+            return self.compositions[name]
+        self._require(name)
+        config = self.infos[name].config
+        return config if isinstance(config, Fuse) else name
 
     def deactivate(self) -> None:
         """Back to the untouched base: outputs are bit-identical to the original encoder."""

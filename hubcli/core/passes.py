@@ -17,7 +17,7 @@ import torch
 
 from hubcli.core import gathered
 from hubcli.core.bert import CompactBert
-from hubcli.core.composition import Fuse, Parallel
+from hubcli.core.composition import Fuse, Parallel, fusions_in, names_in, owner
 from hubcli.core.config import PLACEMENTS
 from hubcli.core.heads import routed_heads
 from hubcli.core.routing import BASE, Route
@@ -29,7 +29,8 @@ class RoutedPasses:
     """Routed and Parallel passes over an `AdapterModel`: they read its `encoder`,
     `num_layers`, `adapter_sites`, `layernorm_sites`, `routes` (the holder its sites read),
     `heads` (and their stacks, `_stacks`), `_routable` (`routable`, kept),
-    `infos`, `compositions` and `gather`, and call its `_require` and `encode`."""
+    `infos`, `compositions` and `gather`, and call its `_require`, `_require_block`,
+    `block_of` and `encode`."""
 
     @contextmanager
     def routing(self, per_row: list[str | None], attention_mask: torch.Tensor | None = None,
@@ -43,20 +44,26 @@ class RoutedPasses:
         or only the batch's (a Parallel block, which runs again as it is: no more arithmetic
         than its own).
 
+        A composed adapter's rows (a fusion's or a stack's, by its name) run through its
+        block at every site, with its owner's LayerNorm deltas, as `activate` runs it for a
+        whole batch: by segments, after the single adapters' rows (gathered: over the stacks,
+        which hold single adapters only; its rows there are the base's).
+
         Raises:
-            AdapterError: a name that is not loaded, or a fusion.
+            AdapterError: a name that is not loaded, or a composition whose parts are not.
         """
         names = {n for n in per_row if n not in (None, BASE)}
+        blocks = {}
         for n in names:
-            self._require(n)
-            if isinstance(self.infos[n].config, Fuse) or n in self.compositions:
-                raise AdapterError(f"{n} is a fusion or stack; rows are routed to single "
-                                   "adapters", hint="activate() it instead")
+            block = self.block_of(n)
+            if not isinstance(block, str):
+                self._require_block(block)
+                blocks[n] = block
         ref = self.encoder.get_input_embeddings().weight
         lengths = None if attention_mask is None else attention_mask.sum(1).tolist()
         gather = self.gathers()
-        numbering = self.numbering(names) if gather and shared else None
-        route = Route.of(per_row, ref.device, lengths, gather, numbering)
+        numbering = self.numbering(names - blocks.keys()) if gather and shared else None
+        route = Route.of(per_row, ref.device, lengths, gather, numbering, blocks)
         self.routes.route = route  # what every site reads
         try:
             yield route
@@ -101,13 +108,15 @@ class RoutedPasses:
         `benchmarks/bench_routing.py`), its k-times larger activations outgrowing the
         buffers the allocator reuses.
 
+        A composed adapter (a fusion's or a stack's name) is one of them, its copy through
+        its block (see `routing`).
+
         Raises:
-            AdapterError: a name that is not loaded, one without a head, or a fusion.
+            AdapterError: a name that is not loaded, or one without a head.
         """
         names = list(dict.fromkeys(block.children))  # a name given twice runs once
         for n in names:
-            self._require(n)
-            if n not in self.heads:
+            if not self.has_head(n):
                 raise AdapterError(f"adapter {n!r} has no head")
         batched = self.gathers()
         b = len(input_ids)
@@ -135,14 +144,28 @@ class RoutedPasses:
                                     self._stacks, logits_to, route=route))
         return out
 
+    def has_head(self, name: str) -> bool:
+        """Whether adapter `name` (a composed one: its owner) has a head.
+
+        Raises:
+            AdapterError: nothing of that name is loaded."""
+        return owner(self.block_of(name)) in self.heads
+
     def first_layer_acting(self, names: Iterable[str]) -> int | None:
-        """The lowest layer where any of `names` has an adapter or a LayerNorm delta (the
-        number of layers where none has); None where one has deltas on the embeddings'
-        LayerNorm. Below it they all compute what the base computes."""
-        names = set(names)
+        """The lowest layer where any of `names` (a composed one: its block's adapters,
+        fusions and owner) has an adapter, a fusion or a LayerNorm delta (the number of
+        layers where none has); None where one has deltas on the embeddings' LayerNorm.
+        Below it they all compute what the base computes.
+
+        Raises:
+            AdapterError: a name that is not loaded."""
+        blocks = [self.block_of(n) for n in names]
+        names = {p for b in blocks for p in (*names_in(b), *(f.name for f in fusions_in(b)),
+                                             owner(b))}
         if any(names & set(self.layernorm_sites[e].deltas) for e in EXTRA_LAYERNORMS):
             return None
-        acting = [i for (i, _), site in self.adapter_sites.items() if names & set(site.adapters)]
+        acting = [i for (i, _), site in self.adapter_sites.items()
+                  if names & {*site.adapters, *site.fusions}]
         acting += [i for i in range(self.num_layers) for p in PLACEMENTS
                    if names & set(self.layernorm_sites[f"layers.{i}.{p}"].deltas)]
         return min(acting, default=self.num_layers)
@@ -151,9 +174,9 @@ class RoutedPasses:
                        token_type_ids: torch.Tensor | None, per_row: list[str | None],
                        logits_to: torch.device | str | None = None
                        ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
-        """One pass with a different adapter per row: (hidden states, per-row logits of that
-        row's head, None for `BASE` rows and adapters without a head), in the caller's row
-        order. Each head runs on its own rows (gathered, heads of one kind as one stack:
+        """One pass with a different adapter per row (a composed one too, by its name: see
+        `routing`): (hidden states, per-row logits of that row's head, None for `BASE` rows
+        and adapters without a head), in the caller's row order. Each head runs on its own rows (gathered, heads of one kind as one stack:
         `heads.routed_heads`); `logits_to`: their outputs moved there (the CPU, from a GPU)
         in one copy per head or stack before they are split into rows.
 
@@ -165,7 +188,8 @@ class RoutedPasses:
             hidden = self.encode(route.sort(input_ids), mask,
                                  None if token_type_ids is None else route.sort(token_type_ids))
         logits: list[torch.Tensor | None] = [None] * len(per_row)
-        outs = routed_heads(self.heads, [g for g in route.segments if g[0] in self.heads],
+        outs = routed_heads(self.heads, [g for g in route.segments
+                                         if route.owner_of(g[0]) in self.heads],
                             hidden, mask, self._stacks, logits_to, route=route)
         for name, out in outs.items():
             for r, row in zip(route.rows_of(name)[2], out.unbind(0)):

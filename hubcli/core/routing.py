@@ -42,6 +42,7 @@ from typing import Any, Callable
 
 import torch
 
+from hubcli.core.composition import Block, owner
 from hubcli.core.names import module_key
 from hubcli.format.vocab import BASE
 
@@ -65,31 +66,55 @@ class Route:
     slots: torch.Tensor | None = None
     token_slots: torch.Tensor | None = None
     numbering: tuple[str, ...] = ()  # the adapters slots number: `names`, or more
+    # the composed adapters among `names` (a fusion, a stack): their blocks, which their
+    # segments run through, after the single adapters' (gathered: their slot is 0, the base's)
+    blocks: dict[str, Block] = field(default_factory=dict, compare=False)
     # what the sites of one pass can share (a gathered layout's mask), built by the first
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @cached_property  # asked at every site of a gathered pass
+    def single(self) -> tuple[str, ...]:
+        """`names` but the composed: the adapters a gathered site stacks."""
+        return tuple(n for n in self.names if n not in self.blocks)
+
+    @cached_property  # asked at every site of a gathered pass
     def keys(self) -> frozenset[str]:
-        """The module keys of `names` (`hubcli.core.names.module_key`), for
+        """The module keys of `single` (`hubcli.core.names.module_key`), for
         `AdapterTable.count_of`."""
-        return frozenset(map(module_key, self.names))
+        return frozenset(map(module_key, self.single))
+
+    @cached_property  # asked at every LayerNorm site of a pass
+    def owners(self) -> dict[str, str]:
+        """Each composed adapter's owner (`composition.owner`): whose head and LayerNorm
+        deltas its rows use."""
+        return {n: owner(b) for n, b in self.blocks.items()}
+
+    def owner_of(self, name: str | None) -> str | None:
+        """Whose head and LayerNorm deltas the rows of `name` use: its own, or its block's
+        owner for a composed adapter."""
+        return self.owners.get(name, name)
 
     @classmethod
     def of(cls, per_row: list[str | None], device: torch.device | None = None,
            lengths: list[int] | None = None, gather: bool = False,
-           numbering: tuple[str, ...] | None = None) -> Route:
+           numbering: tuple[str, ...] | None = None,
+           blocks: dict[str, Block] | None = None) -> Route:
         """A route from one adapter name per row (`BASE` or None: the untouched base);
         `lengths`, each row's real tokens, for an encoder that packs them; `gather`: sites
         run all the adapters at once over stacked weights (`gathered.py`), the slots
-        numbering the adapters of `numbering` (by default the batch's, in name order).
+        numbering the adapters of `numbering` (by default the batch's single ones, in name
+        order); `blocks`: the block of each composed adapter among the rows' (gathered, its
+        rows' slot is 0: a site stacks single adapters).
 
         Raises:
-            ValueError: a row's adapter that `numbering` leaves out.
+            ValueError: a row's single adapter that `numbering` leaves out.
         """
+        blocks = dict(blocks or {})
         # in name order: the same adapters in any row order make the same route's slots, so
         # a gathered site's stacks for them are built once (gathered.StackCache)
         names = tuple(sorted({n for n in per_row if n not in (None, BASE)}))
-        numbering = names if numbering is None else tuple(numbering)
+        numbering = (tuple(n for n in names if n not in blocks) if numbering is None
+                     else tuple(numbering))
         groups: dict[str | None, list[int]] = {None: []}
         groups.update({n: [] for n in names})
         for row, n in enumerate(per_row):
@@ -108,7 +133,8 @@ class Route:
             tokens = tuple((n, offsets[s], offsets[e]) for n, s, e in segments)
         index = list(order)  # the row order and any slots, copied to the device at once
         if gather:  # each segment's slot, once per row (and once per token)
-            slot = {None: 0, **{n: k + 1 for k, n in enumerate(numbering)}}
+            slot = {None: 0, **{n: k + 1 for k, n in enumerate(numbering)},
+                    **dict.fromkeys(blocks, 0)}
             if missing := [n for n in names if n not in slot]:
                 raise ValueError(f"the numbering leaves out {', '.join(missing)}")
             for spans in (segments, tokens or ()):
@@ -119,7 +145,7 @@ class Route:
         slots = on_device[b:2 * b] if gather else None
         token_slots = on_device[2 * b:] if gather and tokens is not None else None
         return cls(names, tuple(segments), on_device[:b], tuple(order), tokens, slots,
-                   token_slots, numbering if gather else ())
+                   token_slots, numbering if gather else (), blocks)
 
     def sort(self, t: torch.Tensor) -> torch.Tensor:
         """The caller's batch in routed order."""
@@ -142,8 +168,9 @@ class Route:
 
     @property
     def has_base(self) -> bool:
-        """True when some rows use the untouched base."""
-        return self.segments[0][0] is None
+        """True when some rows take the base's output at a gathered site: the untouched
+        base's, and a composed adapter's (its block runs on that after)."""
+        return self.segments[0][0] is None or bool(self.blocks)
 
     def slot_index(self, y: torch.Tensor) -> torch.Tensor:
         """Each row's slot (gathered route), shaped to index per-slot tensors for `y`: [rows,

@@ -157,7 +157,7 @@ def run_parallel(model, tokenizer, groups: list[RowGroup], batch_size: int = INF
 
     feats = _encoded(groups, tokenizer)
     tokens = [[(f["input_ids"], f.get("token_type_ids")) for f in group] for group in feats]
-    if (any(g.adapter == BASE or g.adapter not in model.heads for g in groups)
+    if (any(g.adapter == BASE or not model.has_head(g.adapter) for g in groups)
             or any(t != tokens[0] for t in tokens[1:])):
         return _run_routed(model, groups, feats, batch_size)
     block = Parallel(*(g.adapter for g in groups))

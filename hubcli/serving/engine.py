@@ -1,6 +1,6 @@
 """The serving engine: one frozen base with several adapters attached, answering a batch of
-requests for any mix of them (the untouched base included: its sentence embedding) in one
-routed forward pass.
+requests for any mix of them (the untouched base included: its sentence embedding; fusions
+and stacks too) in one routed forward pass.
 
 Adapters are attached under slot names (`slot0`, `slot1`, ...) because the names people use
 (`alice/sst2-adapter`, `./my-adapter`) may hold characters a module name cannot; the pool
@@ -104,20 +104,19 @@ class Engine:
     def attach(self, folder: Path) -> str:
         """Verify the adapter in `folder` and attach it in a new slot; the slot.
 
+        A composed adapter (a fusion, a stack) brings its components, attached under their
+        manifests' names and shared by the composed adapters that pin the same ones; they go
+        when the last of those is detached.
+
         Raises:
             SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError (also
-                for a fusion or stack: batches route each row through one adapter).
+                a component whose name another composed adapter's component holds, in
+                another version).
         """
-        from hubcli.errors import AdapterError
         from hubcli.local.attach import verify_adapter
 
-        # the one verify step; its parsed manifest says whether the adapter is composed
         bundle = verify_adapter(Path(folder), allow_unsigned=self.attach_policy["allow_unsigned"],
                                 notify=self.hub.notify)
-        if bundle.manifest.get("requires"):
-            raise AdapterError(f"{folder} is a fusion or stacked adapter; the server routes "
-                               "each row through one adapter and cannot serve it yet",
-                               hint="use hub predict or hubcli.api.AdapterHub for it")
         slot = f"slot{next(self._slots)}"
         with self._lock.changing():
             self.hub.add(bundle, name=slot,
@@ -132,9 +131,11 @@ class Engine:
         return self.hub.manifests[slot]
 
     def nbytes(self, slot: str) -> int:
-        """Memory the adapter in `slot` holds: its weights, LayerNorm deltas and head."""
-        return sum(t.numel() * t.element_size()
-                   for t in self.hub.model.named_adapter_tensors(slot).values())
+        """Memory the adapter in `slot` holds: its weights, LayerNorm deltas and head, and a
+        composed adapter's components' (counted for each that holds them)."""
+        model = self.hub.model
+        return sum(t.numel() * t.element_size() for name in self.hub.holds(slot)
+                   for t in model.named_adapter_tensors(name).values())
 
     def max_length(self, slot: str) -> int:
         if slot == BASE:
