@@ -383,6 +383,16 @@ def test_predict_a_runs_composed_adapters_beside_their_components(runs, order):
         assert [g["label"] for g in got] == [a["label"] for a in alone], (n, r.stdout)
 
 
+def test_a_component_two_composed_adapters_share_is_noticed_once(runs):
+    """Each verified adapter's notice ("... is not signed; using it because you trained it")
+    was printed again for a component at every composed adapter sharing it."""
+    r = run("predict", "-a", runs / "fusion", "-a", runs / "stacked", "-a", runs / "sst-a",
+            "dull", "--json")
+    assert r.exit_code == 0, r.output
+    notices = [line for line in r.stderr.splitlines() if "sst-a is not signed" in line]
+    assert len(notices) == 1, r.stderr
+
+
 def test_a_loaded_fusion_by_its_block_with_the_base_and_kept_whole(runs):
     """compose=Fuse(...) of a loaded fusion predicts as the fusion (it looked up the block's
     own name); a Parallel of it and __base__ runs; its components cannot be removed from

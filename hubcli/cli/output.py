@@ -38,5 +38,10 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], *, max_width
 
 
 def notice(msg: str) -> None:
-    """Notices and warnings go to stderr so --json output stays clean."""
-    click.echo(msg, err=True)
+    """Notices and warnings go to stderr so --json output stays clean; each once per command
+    (a component two composed adapters share is verified for each, and said so once)."""
+    ctx = click.get_current_context(silent=True)  # None off the command's thread: said
+    said = ctx.meta.setdefault("hub.notices", set()) if ctx is not None else set()
+    if msg not in said:
+        said.add(msg)
+        click.echo(msg, err=True)
