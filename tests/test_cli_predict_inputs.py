@@ -185,6 +185,20 @@ def test_a_text_longer_than_a_file_name_is_a_text(folder, tmp_path):
         manifest_io.read(tmp_path / review)
 
 
+def test_a_mistyped_adapter_folder_is_named_not_predicted(folder, monkeypatch):
+    """`hub predict sst22 "text"` (the folder is sst2) read sst22 as a text for the adapter
+    pulled last, or said no adapter was given."""
+    monkeypatch.chdir(folder.parent)
+    typo = folder.name + "x"
+    result = run("predict", typo, "a fine film")
+    assert result.exit_code == 1
+    assert f"error: {typo}: no such adapter folder; did you mean ./{folder.name}?" in result.stderr
+    with_a = run("predict", "-a", typo, "a fine film")
+    assert with_a.exit_code == 1 and f"hint: did you mean ./{folder.name}?" in with_a.stderr
+    assert run("predict", "a fine film").exit_code == 1  # a text with spaces: no folder near
+    assert "none pulled yet" in run("predict", "brilliant").stderr  # nothing near either
+
+
 def test_eval_refuses_data_the_adapter_was_not_trained_on(folder, pairs_folder, tmp_path):
     """`hub eval` of a single-text adapter on data with a second-text column read it as
     pairs (accuracy 0.72 against 0.79 on the first texts alone), and a pair adapter on

@@ -3,12 +3,16 @@ NS/NAME[@VERSION], or nothing (the adapter pulled last)."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Callable
 
 from hubcli.errors import UsageError
 from hubcli.fsutil import is_dir
 from hubcli.format.vocab import ADAPTER_REF as REF, BASE
+
+
+MAX_LISTED = 1000  # entries of the working folder looked at for a mistyped adapter name
 
 
 def looks_like_adapter(arg: str) -> bool:
@@ -27,6 +31,10 @@ def split_adapter_and_texts(args: list[str], notify: Callable[[str], None]) -> t
                          hint="point at a folder written by `hub train --out`, or NS/NAME")
     if args and looks_like_adapter(args[0]):
         ref, texts = args[0], args[1:]
+    elif args and (near := near_adapter_folder(args[0])) is not None:
+        raise UsageError(f"{args[0]}: no such adapter folder; did you mean ./{near}?",
+                         hint=f"hub predict ./{near} TEXT...; for a one-word text, name the "
+                              "adapter first")
     else:
         from hubcli.settings import load_config
 
@@ -36,6 +44,21 @@ def split_adapter_and_texts(args: list[str], notify: Callable[[str], None]) -> t
                              hint="hub predict ./my-adapter 'some text', or hub pull NS/NAME first")
         notify(f"using the last adapter pulled: {ref}")
     return resolve_adapter(ref, notify=notify), texts
+
+
+def near_adapter_folder(word: str) -> str | None:
+    """An adapter folder here (one holding a manifest) whose name `word` nearly spells, as a
+    mistyped one does (`sst22` for `sst2`); None for a word with spaces, or none near."""
+    import difflib
+
+    from hubcli.format.manifest import MANIFEST
+
+    if not word or any(c.isspace() for c in word) or len(word) > 100:
+        return None
+    here = [p.name for p in itertools.islice(Path.cwd().iterdir(), MAX_LISTED)
+            if (p / MANIFEST).is_file()]
+    near = difflib.get_close_matches(word.strip("/"), here, n=1, cutoff=0.8)
+    return near[0] if near else None
 
 
 def resolve_adapter(ref: str, notify: Callable[[str], None]) -> Path:
@@ -55,9 +78,10 @@ def resolve_adapter(ref: str, notify: Callable[[str], None]) -> Path:
         raise UsageError(f"{ref}: no such adapter folder",
                          hint="point at a folder written by `hub train --out`, or NS/NAME")
     if not REF.match(ref):
+        near = near_adapter_folder(ref)
         raise UsageError(f"{ref}: no such adapter folder, nor a registry reference",
-                         hint="point at a folder written by `hub train --out`, or "
-                              "NAMESPACE/NAME[@VERSION]")
+                         hint=f"did you mean ./{near}?" if near else "point at a folder "
+                              "written by `hub train --out`, or NAMESPACE/NAME[@VERSION]")
     from hubcli.remote.pull import ensure_pulled
 
     return ensure_pulled(ref, notify=notify)
