@@ -120,12 +120,15 @@ class AdapterHub:
         Raises:
             AdapterError: no such adapter, or a component of a composed adapter loaded
                 (shared when loaded on its own too): remove that first."""
-        users = [n for n, used in self.components.items() if name in used]
+        users = self._users(name)
         if users:
             from hubcli.errors import AdapterError
 
+            outermost = users[0]  # what can be removed first: a stack on a fusion, not it
+            while self._users(outermost):
+                outermost = self._users(outermost)[0]
             raise AdapterError(f"{name} is a component of {users[0]}, loaded too",
-                               hint=f"remove {users[0]} first")
+                               hint=f"remove {outermost} first")
         self.model.remove_adapter(name)
         self.manifests.pop(name, None)
         self._added.discard(name)
@@ -135,6 +138,10 @@ class AdapterHub:
             if component not in self._added and not any(
                     component in used for used in self.components.values()):
                 self.remove(component)  # nothing loaded needs it any more
+
+    def _users(self, name: str) -> list[str]:
+        """The composed adapters loaded with `name` among their components."""
+        return [n for n, used in self.components.items() if name in used]
 
     def holds(self, name: str) -> list[str]:
         """The names whose tensors adapter `name` holds in memory: its own (a fusion's under

@@ -304,6 +304,8 @@ def test_a_named_composition_activates_by_name(model, base):
     model.add_adapter("top", HoulsbyConfig(bottleneck=4), SEQ)
     _randomise(model, "top", seed=9)
     model.name_composition("top", Stack("a", "top"))
+    with pytest.raises(AdapterError, match="a composition is a Stack or Fuse, not 'a'"):
+        model.name_composition("x", "a")  # it was taken, and routed "x" as an adapter
     with torch.no_grad():
         model.activate("top")
         by_name = model(**batch)
@@ -394,5 +396,30 @@ def test_parallel_takes_composed_adapters_by_name(model, base):
     with torch.inference_mode():
         together = model.forward_parallel(**batch, block=Parallel(pf, fused, deep, "up"))
         for name in (pf, fused, deep, "up"):
+            model.activate(name)
+            assert torch.allclose(together[name], model(**batch), atol=1e-5, rtol=0), name
+
+
+@pytest.mark.parametrize("gather", [False, True], ids=["each", "batched"])
+def test_composed_adapters_above_the_lowest_layer_share_the_trunk_below(model, base, gather):
+    """A fusion and a stack of adapters in layer 1 only (no deltas below): a Parallel of
+    them and a single adapter runs layer 0 once, and each equals its own pass."""
+    for k, name in enumerate(("u1", "u2", "u3")):
+        model.add_adapter(name, HoulsbyConfig(bottleneck=4, layers=(1,),
+                                              layernorm="own-layers"), SEQ)
+        _randomise(model, name, seed=40 + k)
+    fused = model.add_fusion(Fuse("u1", "u2"), SEQ)
+    model.name_composition("u3", Stack("u1", "u3"))
+    _randomise(model, fused, seed=43)
+    assert model.first_layer_acting([fused, "u3", "u2"]) == 1
+    batch = encode(base.tokenizer, TEXTS[:4])
+    rows = []
+    model.encoder.encoder.layer[0].register_forward_hook(
+        lambda _m, _a, out: rows.append(out.shape[0]))
+    model.gather = gather
+    with torch.inference_mode():
+        together = model.forward_parallel(**batch, block=Parallel(fused, "u3", "u2"))
+        assert len(rows) == 1  # layer 0 ran once, for all three
+        for name in (fused, "u3", "u2"):
             model.activate(name)
             assert torch.allclose(together[name], model(**batch), atol=1e-5, rtol=0), name

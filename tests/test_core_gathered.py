@@ -349,8 +349,8 @@ def test_routing_follows_tables_edited_behind_the_models_back(base):
 
 
 def test_removing_a_fusion_leaves_the_kept_stacks_of_routing(base):
-    """A fusion is not routed to: removing it renumbers nothing, and no site (nor head kind)
-    drops the stacks a server's mixes keep reading."""
+    """A fusion is not numbered (its rows run on after the stacks): removing it renumbers
+    nothing, and no site (nor head kind) drops the stacks a server's mixes keep reading."""
     from hubcli.core.composition import Fuse
 
     model = AdapterModel(base.encoder)

@@ -250,6 +250,8 @@ def test_the_server_serves_fusions_and_stacks_beside_single_adapters(runs, tiny_
     listed = pool.listing()
     assert [listed[ref]["bytes"] for ref in served] == [
         size("fusion", *COMPONENTS), size("stacked", "sst-a"), size("sst-b")]
+    # together: sst-a, which the fusion and the stacked adapter share, once
+    assert pool.nbytes() == size("fusion", *COMPONENTS, "stacked", "sst-b")
     pool.remove(served[0])  # sst-a stays: the stacked adapter needs it
     assert sorted(engine.hub.model.infos) == ["slot1", "slot2", "sst-a"]
     pool.remove(served[1])
@@ -467,6 +469,9 @@ def test_a_fusion_is_found_by_its_spelling_kept_under_what_uses_it_and_exported(
     assert hub.predict(texts, compose=Stack(Fuse(*COMPONENTS), "ontop")) == hub.predict(texts)
     with pytest.raises(AdapterError, match="fusion is a component of ontop"):
         hub.remove("fusion")
+    with pytest.raises(AdapterError, match="sst-a is a component of fusion") as refused:
+        hub.remove("sst-a")
+    assert refused.value.hint == "remove ontop first"  # not the fusion: it is refused too
     onnx = tmp_path / "fusion.onnx"
     r = run("export", runs / "fusion", "--format", "onnx", "--out", onnx)
     assert r.exit_code == 0, r.output

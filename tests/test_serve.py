@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import httpx
 import pytest
-from factories import LORA, close, make_adapter_dir
+from factories import LORA, close, make_adapter_dir, requirement
 
 from hubcli.api import AdapterHub
 from hubcli.serving.service import ServeSettings
@@ -550,3 +550,25 @@ def test_a_body_labelled_as_a_form_is_read_as_json(url, adapters):
                         headers={"Content-Type": "application/x-www-form-urlencoded"})
     assert answer.status_code == 200
     assert answer.json()["predictions"][0]["text"] == "a film"
+
+
+def test_a_refused_composed_adapter_leaves_nothing_attached(tiny_base_dir, tmp_path):
+    """A composed adapter refused midway (its second component's name is held by another
+    version) left its first component attached: out of reach of detach and eviction, and
+    uncounted."""
+    from hubcli.errors import AdapterError
+
+    for where, seed in (("one", 1), ("two", 2)):  # two different adapters named "shared"
+        make_adapter_dir(tmp_path / where / "shared", name="shared", seed=seed)
+    make_adapter_dir(tmp_path / "fresh", name="fresh", seed=3)
+    make_adapter_dir(tmp_path / "first", name="first", seed=4,
+                     requires=[requirement(tmp_path / "one" / "shared")])
+    make_adapter_dir(tmp_path / "second", name="second", seed=5, requires=[
+        requirement(tmp_path / "fresh"), requirement(tmp_path / "two" / "shared")])
+    engine = Engine(str(tiny_base_dir), **POLICY)
+    first = engine.attach(tmp_path / "first")
+    with pytest.raises(AdapterError, match="another adapter named 'shared' is attached"):
+        engine.attach(tmp_path / "second")
+    assert sorted(engine.hub.model.infos) == ["shared", first]
+    engine.detach(first)
+    assert engine.hub.model.infos == {} and engine.hub.model.sources == {}

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hubcli.core.composition import Block, Fuse, Stack, fusions_in, names_in
+from hubcli.core.composition import Block, Fuse, Stack
 from hubcli.core import gathered
 from hubcli.core.config import AdapterConfig, HoulsbyConfig, LoraConfig
 from hubcli.core.names import AdapterTable
@@ -329,18 +329,18 @@ class AdapterLinear(nn.Module):
     def _acts(self, route: Route, name: str) -> bool:
         """Whether the rows of `name` change here: it has an adapter here, or, composed, one
         of its block's adapters or fusions has."""
-        block = route.blocks.get(name)
-        if block is None:
+        parts = route.parts.get(name)
+        if parts is None:
             return name in self.adapters
-        return (any(n in self.adapters for n in names_in(block))
-                or any(f.name in self.fusions for f in fusions_in(block)))
+        return any(n in self.adapters for n in parts[0]) or any(f in self.fusions
+                                                                 for f in parts[1])
 
     def _routed(self, x: torch.Tensor, y: torch.Tensor, route: Route) -> torch.Tensor:
         if route.gathering():
             out = self._gathered(x, y, route)
             if out is not None:  # the single adapters' rows; the composed run on theirs
-                return route.apply(out, lambda n: n in route.blocks and self._acts(route, n),
-                                   partial(self._segment, route, x, out)) if route.blocks else out
+                return route.overwrite(out, partial(self._acts, route),
+                                       partial(self._segment, route, x, y)) if route.blocks else out
         acts = partial(self._acts, route) if route.blocks else self.adapters.__contains__
         return route.apply(y, acts, partial(self._segment, route, x, y))
 
@@ -356,8 +356,11 @@ class AdapterLinear(nn.Module):
     def _segment(self, route: Route, x: torch.Tensor, y: torch.Tensor, name: str, start: int,
                  end: int) -> torch.Tensor:
         """Rows start..end of adapter `name` (a composed one: through its block)."""
-        return self._composed(x[start:end], y[start:end], route.blocks.get(name, name),
-                              (slice(start, end), route.owner_of(name)))
+        rows = slice(start, end)
+        block = route.blocks.get(name)
+        if block is None:  # a single adapter here (the most common case: kept short)
+            return self._run(name, x[rows], y[rows], (rows, name))
+        return self._composed(x[rows], y[rows], block, (rows, route.owner_of(name)))
 
     def _stacked(self, route: Route, every: bool) -> gathered.Bottlenecks | None:
         """The adapters here stacked in the slots of the route's numbering: `every` one, or
@@ -421,17 +424,25 @@ class DeltaLayerNorm(nn.Module):
         route = self.routes.route
         if route is None:
             return self.as_adapter(x, self.active)
-        def own(n: str, s: int, e: int) -> torch.Tensor:  # the rows' owner's deltas
-            return self.as_adapter(x[s:e], route.owner_of(n))
-
         if route.gathering():
             with_deltas = self.deltas.count_of(route.keys)
             out = self.base_layer(x) if not with_deltas else self._stacked(route.numbering)(
                 x, self.base_layer, route, route.has_base or with_deltas < len(route.single))
-            # a composed adapter's rows (slot 0: the base's here) with their owner's
-            return route.apply(out, lambda n: n in route.blocks and route.owner_of(n)
-                               in self.deltas, own) if route.blocks else out
-        return route.apply(self.base_layer(x), lambda n: route.owner_of(n) in self.deltas, own)
+            if not route.blocks:
+                return out
+            # a composed adapter's rows (slot 0: the base's here) with their owner's deltas
+            return route.overwrite(out, partial(self._owns, route),
+                                   partial(self._segment, route, x))
+        has = partial(self._owns, route) if route.blocks else self.deltas.__contains__
+        return route.apply(self.base_layer(x), has, partial(self._segment, route, x))
+
+    def _owns(self, route: Route, name: str) -> bool:
+        """Whether the rows of `name` have deltas here: its own, or its owner's (composed)."""
+        return route.owner_of(name) in self.deltas
+
+    def _segment(self, route: Route, x: torch.Tensor, name: str, start: int, end: int
+                 ) -> torch.Tensor:
+        return self.as_adapter(x[start:end], route.owner_of(name))
 
     def _stacked(self, numbering: tuple[str, ...]) -> gathered.LayerNorms:
         """This LayerNorm's parameters per slot of `numbering`: every adapter numbered, its

@@ -15,7 +15,7 @@ from typing import Iterable, Iterator
 import torch
 from torch import nn
 
-from hubcli.core.composition import Block, Fuse, Parallel, fusions_in, names_in, owner
+from hubcli.core.composition import Block, Fuse, Parallel, Stack, fusions_in, names_in, owner
 from hubcli.core.config import PLACEMENTS, AdapterConfig
 from hubcli.core.heads import HeadConfig, build_head
 from hubcli.core.layer import AdapterFusion, AdapterLinear, DeltaLayerNorm
@@ -218,8 +218,11 @@ class AdapterModel(RoutedPasses, nn.Module):
         fusions added): how a composed adapter is used by its own name.
 
         Raises:
-            AdapterError: a name or fusion in `block` that is not loaded, or `name` is `BASE`.
+            AdapterError: `block` is not a Stack or Fuse, a name or fusion in it is not
+                loaded, or `name` is `BASE`.
         """
+        if not isinstance(block, Stack | Fuse):  # a name alone would be routed as an adapter
+            raise AdapterError(f"a composition is a Stack or Fuse, not {block!r}")
         _refuse_reserved(name)  # its own adapter (a stack's top) may be loaded as `name`
         self._require_block(block)
         self.compositions[name] = block

@@ -71,8 +71,9 @@ class RoutedPasses:
             self.routes.route = None
 
     def routable(self) -> tuple[str, ...]:
-        """The adapters rows can be routed to (every one loaded but fusions and stacks), in
-        name order. Kept until the model's adapters change (`_renumber`)."""
+        """The single adapters loaded (fusions and stacks left out: a gathered site stacks
+        single adapters, composed rows run on after), in name order: what gathered routes
+        number. Kept until the model's adapters change (`_renumber`)."""
         if self._routable is None:
             self._routable = tuple(sorted(
                 n for n, info in self.infos.items()

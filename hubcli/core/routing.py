@@ -42,7 +42,7 @@ from typing import Any, Callable
 
 import torch
 
-from hubcli.core.composition import Block, owner
+from hubcli.core.composition import Block, fusions_in, names_in, owner
 from hubcli.core.names import module_key
 from hubcli.format.vocab import BASE
 
@@ -65,7 +65,7 @@ class Route:
     # [tokens] the same for packed tokens
     slots: torch.Tensor | None = None
     token_slots: torch.Tensor | None = None
-    numbering: tuple[str, ...] = ()  # the adapters slots number: `names`, or more
+    numbering: tuple[str, ...] = ()  # the adapters slots number: `single`, or more
     # the composed adapters among `names` (a fusion, a stack): their blocks, which their
     # segments run through, after the single adapters' (gathered: their slot is 0, the base's)
     blocks: dict[str, Block] = field(default_factory=dict, compare=False)
@@ -88,6 +88,12 @@ class Route:
         """Each composed adapter's owner (`composition.owner`): whose head and LayerNorm
         deltas its rows use."""
         return {n: owner(b) for n, b in self.blocks.items()}
+
+    @cached_property  # asked at every site of a pass, for each composed adapter
+    def parts(self) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+        """Each composed adapter's (adapters, fusions): what may act for its rows at a site."""
+        return {n: (tuple(names_in(b)), tuple(f.name for f in fusions_in(b)))
+                for n, b in self.blocks.items()}
 
     def owner_of(self, name: str | None) -> str | None:
         """Whose head and LayerNorm deltas the rows of `name` use: its own, or its block's
@@ -202,17 +208,39 @@ class Route:
         Raises:
             ValueError: packed activations, but the route was made without `lengths`.
         """
-        segments = self.segments
-        if y.dim() == 2:
-            if self.token_segments is None:
-                raise ValueError("packed activations need a route made with the rows' lengths")
-            segments = self.token_segments
+        segments = self._spans(y)
         if not any(n is not None and has(n) for n, _, _ in segments):
             return y
         if len(segments) == 1:  # one adapter's rows only: nothing to join
             return run(*segments[0])
         return torch.cat([run(n, s, e) if n is not None and has(n) else y[s:e]
                           for n, s, e in segments])
+
+    def overwrite(self, out: torch.Tensor, has: Callable[[str], bool],
+                  run: Callable[[str, int, int], torch.Tensor]) -> torch.Tensor:
+        """`out`, a site's own result outside autograd, with each segment of a composed
+        adapter that `has` something here written over by `run(name, start, end)`, in place:
+        the few rows a gathered site leaves to their blocks, with no copy of the others.
+
+        Raises:
+            ValueError: as `apply`.
+        """
+        for n, s, e in self._spans(out):
+            if n in self.blocks and has(n):
+                out[s:e] = run(n, s, e)
+        return out
+
+    def _spans(self, y: torch.Tensor) -> tuple[Segment, ...]:
+        """The segments as rows of a [rows, n, d] `y`, or as token ranges of a packed
+        [tokens, d] one.
+
+        Raises:
+            ValueError: packed activations, but the route was made without `lengths`."""
+        if y.dim() != 2:
+            return self.segments
+        if self.token_segments is None:
+            raise ValueError("packed activations need a route made with the rows' lengths")
+        return self.token_segments
 
 
 class Routes(threading.local):

@@ -67,6 +67,8 @@ def attach(model, base_info, bundle: VerifiedBundle, *, name: str | None = None,
     fusion over them, or its adapter stacked on them; `model.activate(name)` then routes
     through the whole composition.
 
+    All or nothing: where it fails, the components this call attached are removed again.
+
     Raises:
         BaseMismatchError: the base differs and that is not allowed; before any weight loads.
         AdapterError: the weights file cannot be read, or another adapter of a component's
@@ -76,9 +78,15 @@ def attach(model, base_info, bundle: VerifiedBundle, *, name: str | None = None,
     check_base(manifest, base_info, allow_base_mismatch=allow_base_mismatch, notify=notify)
     name = name or manifest["name"]
     model.require_free(name)  # before a component is attached
-    blocks = [_attach_component(model, base_info, c, allow_base_mismatch, notify)
-              for c in bundle.components]
-    _attach_own(model, bundle, name, blocks)
+    before = set(model.sources)
+    try:
+        blocks = [_attach_component(model, base_info, c, allow_base_mismatch, notify)
+                  for c in bundle.components]
+        _attach_own(model, bundle, name, blocks)
+    except Exception:
+        for attached in reversed([n for n in model.sources if n not in before]):
+            model.remove_adapter(attached)  # a composed one before its components
+        raise
     model.sources[name] = bundle.digests[MANIFEST]
     return manifest
 

@@ -130,12 +130,14 @@ class Engine:
     def manifest(self, slot: str) -> dict:
         return self.hub.manifests[slot]
 
-    def nbytes(self, slot: str) -> int:
-        """Memory the adapter in `slot` holds: its weights, LayerNorm deltas and head, and a
-        composed adapter's components' (counted for each that holds them)."""
+    def holdings(self, slot: str) -> dict[str, int]:
+        """Memory the adapter in `slot` holds, in bytes by what holds it: its own weights,
+        LayerNorm deltas and head, and a composed adapter's components' (shared by the
+        composed adapters that pin the same ones)."""
         model = self.hub.model
-        return sum(t.numel() * t.element_size() for name in self.hub.holds(slot)
-                   for t in model.named_adapter_tensors(name).values())
+        return {name: sum(t.numel() * t.element_size()
+                          for t in model.named_adapter_tensors(name).values())
+                for name in self.hub.holds(slot)}
 
     def max_length(self, slot: str) -> int:
         if slot == BASE:

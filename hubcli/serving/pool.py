@@ -46,7 +46,12 @@ class Served:
     name: str
     slot: str
     manifest: dict
-    nbytes: int
+    holdings: dict[str, int]  # bytes by what holds them (`Engine.holdings`)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory it holds, its components' included."""
+        return sum(self.holdings.values())
 
     def describe(self) -> dict:
         return {"name": self.name, "adapter": self.manifest["name"],
@@ -125,7 +130,7 @@ class Pool:
             raise AlreadyServed(f"{name!r} is served already")
         source = self._sources.get(name, ref)
         slot = self.engine.attach(resolve_adapter(source, notify=self.notify))
-        served = Served(name, slot, self.engine.manifest(slot), self.engine.nbytes(slot))
+        served = Served(name, slot, self.engine.manifest(slot), self.engine.holdings(slot))
         with self._meta:
             self._served[name] = served
             self._sources[name] = source
@@ -208,8 +213,9 @@ class Pool:
         return len(self._served)
 
     def nbytes(self) -> int:
-        """Memory the attached adapters hold together."""
-        return sum(s.nbytes for s in self._served.values())
+        """Memory the attached adapters hold together, a component they share once."""
+        held = {n: b for s in self._served.values() for n, b in s.holdings.items()}
+        return sum(held.values())
 
     def _loadable(self, name: str) -> bool:
         return public_name(name) in self._sources or (self.allow_pull and is_registry_ref(name))
