@@ -36,8 +36,9 @@ POSITIVE = click.IntRange(min=1)
               help="adapters attached at most; the least recently used is detached (default: "
                    "no limit)")
 @click.option("--max-adapter-mb", type=click.FloatRange(min=0, min_open=True),
-              help="memory the attached adapters may hold (weights, LayerNorm deltas, heads); "
-                   "the least recently used are detached beyond it (default: no limit)")
+              help="memory the attached adapters may hold (weights, LayerNorm deltas, heads; "
+                   "a composed adapter's components, shared ones once); the least recently "
+                   "used are detached beyond it (default: no limit)")
 @click.option("--admin-token", envvar="HUB_SERVE_ADMIN_TOKEN",
               help="bearer token for POST/DELETE /v1/adapters (env HUB_SERVE_ADMIN_TOKEN; "
                    "default: those endpoints are off)")
@@ -61,7 +62,8 @@ def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, m
 
     POST /v1/predict {"adapter": NAME, "inputs": [TEXT, ...]} answers what `hub predict
     --json` prints; "__base__" is the untouched base (sentence embeddings). Requests for any
-    mix of adapters arriving together run as one forward pass. Also GET /v1/adapters
+    mix of adapters (fusions and stacked adapters too) arriving together run as one forward
+    pass. Also GET /v1/adapters
     (POST, DELETE with --admin-token), /health, /ready, /metrics (Prometheus) and /docs.
     """
     if replicas != 1 and not on_ray:
