@@ -124,15 +124,28 @@ def test_fusion_training_leaves_base_and_components_bit_identical(runs, tiny_bas
     assert fusion["training"]["learning_rate"] == 1e-2
 
 
-def test_a_component_whose_manifest_changed_is_refused_by_name(runs, tmp_path):
+def test_a_component_whose_manifest_changed_is_refused_by_name(runs, tmp_path, monkeypatch):
+    """Bundling and signing a component after fusing (the README's order) changes its
+    manifest (its model card listed, its signer recorded), not what it computes: the fusion
+    refused it. Any other change is refused, naming the component and the pinned digest."""
     copy = tmp_path / "copy"
     shutil.copytree(runs, copy)
-    r = run("bundle", copy / "sst-b")  # a new README and manifest: another digest
+    expected = run("predict", runs / "fusion", "a gripping film", "--json")
+    monkeypatch.setenv("HUB_HOME", str(tmp_path / "home"))  # its own key, nothing trained
+    for args in (("keygen",), ("bundle", copy / "sst-b"), ("sign", copy / "sst-b"),
+                 ("bundle", copy / "sst-c")):
+        r = run(*args)
+        assert r.exit_code == 0, r.output
+    assert "signer" in manifest_io.read(copy / "sst-b")
+    r = run("predict", "--allow-unsigned", copy / "fusion", "a gripping film", "--json")
     assert r.exit_code == 0, r.output
-    r = run("predict", copy / "fusion", "a gripping film")
+    assert json.loads(r.stdout) == json.loads(expected.stdout)
+    m = manifest_io.read(copy / "sst-a")
+    manifest_io.write(copy / "sst-a", {**m, "description": "edited after fusing"})
+    r = run("predict", "--allow-unsigned", copy / "fusion", "a gripping film")
     assert r.exit_code == 1
-    assert "component sst-b@0.1.0:" in r.stderr and "manifest sha256" in r.stderr
-    assert manifest_io.read(runs / "fusion")["requires"][1]["manifest_sha256"] in r.stderr
+    assert "component sst-a@0.1.0:" in r.stderr and "manifest sha256" in r.stderr
+    assert manifest_io.read(runs / "fusion")["requires"][0]["manifest_sha256"] in r.stderr
 
 
 def test_a_missing_component_folder_is_named(runs, tmp_path):

@@ -9,11 +9,14 @@ it, and refuses components trained on another base: all before the base or any w
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from hubcli.errors import BaseMismatchError, ComponentError, HubError
+from hubcli.format import manifest as manifest_io
+from hubcli.format.bundle_rules import README
 from hubcli.format.manifest import MANIFEST
 
 if TYPE_CHECKING:
@@ -90,7 +93,22 @@ def _find(requirement: dict[str, Any], parent: Path, verify: Verify,
 
 
 def _matches(found: VerifiedBundle, requirement: dict[str, Any]) -> bool:
-    return found.digests[MANIFEST] == requirement["manifest_sha256"]
+    """The pinned manifest, or the same before `hub bundle` and `hub sign` touched it."""
+    pinned = requirement["manifest_sha256"]
+    return found.digests[MANIFEST] == pinned or pinned in before_packaging(found.manifest)
+
+
+def before_packaging(manifest: dict[str, Any]) -> set[str]:
+    """The SHA-256 digests `manifest` had before it was signed (`hub sign` records its
+    `signer`) and, signed or not, before it was bundled (`hub bundle` lists its model card in
+    `files`): neither changes a tensor, so a component bundled and signed after the adapter
+    composed over it was trained (the README's order) is still the one it was trained with.
+    Its files' digests are checked against the new manifest when it is verified."""
+    unsigned = {k: v for k, v in manifest.items() if k != "signer"}
+    uncarded = {**unsigned, "files": [f for f in unsigned.get("files", ())
+                                      if f.get("path") != README]}
+    return {hashlib.sha256(manifest_io.dumps(m).encode()).hexdigest()
+            for m in (unsigned, uncarded)}
 
 
 def _checked(found: VerifiedBundle, requirement: dict[str, Any]) -> VerifiedBundle:
@@ -102,6 +120,7 @@ def _checked(found: VerifiedBundle, requirement: dict[str, Any]) -> VerifiedBund
         f"{found.directory} holds {m['name']} {m['version']} with manifest sha256 "
         f"{found.digests[MANIFEST]}, but the adapter requiring it was composed with "
         f"{requirement['manifest_sha256']}", component=label(requirement),
-        hint="it is not the exact adapter the fusion or stack was trained with; get that one "
-             "back (`hub pull NS/NAME@VERSION`), or train the composed adapter again")
+        hint="it is not the exact adapter the fusion or stack was trained with (bundling and "
+             "signing it since is fine; anything else changed is not): get that one back "
+             "(`hub pull NS/NAME@VERSION`), or train the composed adapter again")
 
