@@ -572,3 +572,21 @@ def test_a_refused_composed_adapter_leaves_nothing_attached(tiny_base_dir, tmp_p
     assert sorted(engine.hub.model.infos) == ["shared", first]
     engine.detach(first)
     assert engine.hub.model.infos == {} and engine.hub.model.sources == {}
+
+
+def test_adapters_over_the_limits_at_start_up_are_named(adapters, tiny_base_dir):
+    """`hub serve A B C --max-adapters 1` said only "serving __base__, C": A and B were
+    detached without a word; an adapter larger than --max-adapter-mb alone was detached after
+    its first request, silently."""
+    said: list[str] = []
+    sst, lora, ner = adapters.values()
+    pool = Pool.for_adapters([sst, lora, ner], base=str(tiny_base_dir), max_adapters=1,
+                             notify=said.append, **POLICY)
+    assert list(pool.listing()) == ["__base__", ner]
+    assert f"warning: {sst}, {lora} did not fit 1 adapter: detached at start-up, each " \
+        "loaded again on its first request" in said
+    said.clear()
+    Pool.for_adapters([sst], base=str(tiny_base_dir), max_bytes=100, notify=said.append,
+                      **POLICY)
+    assert any(m.startswith(f"warning: {sst} holds ") and "more than 0.0 MB on its own: it "
+               "is detached after each request for it" in m for m in said), said

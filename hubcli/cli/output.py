@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 
 import click
 
@@ -37,11 +38,24 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], *, max_width
         click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
 
 
+def notice_once() -> Callable[[str], None]:
+    """A `notice` saying each message once, from any thread: a server verifies an adapter
+    again each time it loads it after an eviction."""
+    said: set[str] = set()
+    lock = threading.Lock()
+
+    def say(msg: str) -> None:
+        with lock:
+            new = msg not in said
+            said.add(msg)
+        if new:
+            click.echo(msg, err=True)
+    return say
+
+
 def notice(msg: str) -> None:
     """Notices and warnings go to stderr so --json output stays clean; each once per command
     (a component two composed adapters share is verified for each, and said so once)."""
     ctx = click.get_current_context(silent=True)  # None off the command's thread: said
-    said = ctx.meta.setdefault("hub.notices", set()) if ctx is not None else set()
-    if msg not in said:
-        said.add(msg)
-        click.echo(msg, err=True)
+    say = notice_once() if ctx is None else ctx.meta.setdefault("hub.notice", notice_once())
+    say(msg)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from hubcli.cli.model_cmds import attach_options, device_option
-from hubcli.cli.output import notice
+from hubcli.cli.output import notice_once
 from hubcli.errors import UsageError
 
 POSITIVE = click.IntRange(min=1)
@@ -100,7 +100,7 @@ def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, m
                              tokens=tuple(t for arg in tokens for t in arg.split()))
     max_bytes = None if max_adapter_mb is None else int(max_adapter_mb * 2**20)
     serve(list(adapters) or ["__base__"], settings, host=host, port=port,
-          access_log=access_log, notify=notice, allow_pull=allow_pull,
+          access_log=access_log, notify=notice_once(), allow_pull=allow_pull,
           max_adapters=max_adapters, max_bytes=max_bytes, device=device, **attach)
 
 
@@ -111,4 +111,4 @@ def _serve_on_ray(adapters: list[str], **options) -> None:
     except ImportError as err:
         raise UsageError(f"hub serve --ray needs {err.name}, which is not installed",
                          hint='pip install "adapter-hub[ray]"') from None
-    run(adapters, notify=notice, **options)
+    run(adapters, notify=notice_once(), **options)

@@ -4,7 +4,8 @@ manifest's `requires` pins each component by name, exact version and manifest SH
 Resolving a composed adapter finds every component (its folder as recorded, else the pull
 cache, else the registry, pulled and verified like any pull), verifies it like the adapter
 itself (signature, digests, weights header), refuses one whose manifest digest differs, naming
-it, and refuses components trained on another base: all before the base or any weight loads.
+it (unless only bundling and signing it since made it differ), and refuses components trained
+on another base: all before the base or any weight loads.
 """
 
 from __future__ import annotations
@@ -99,11 +100,12 @@ def _matches(found: VerifiedBundle, requirement: dict[str, Any]) -> bool:
 
 
 def before_packaging(manifest: dict[str, Any]) -> set[str]:
-    """The SHA-256 digests `manifest` had before it was signed (`hub sign` records its
-    `signer`) and, signed or not, before it was bundled (`hub bundle` lists its model card in
-    `files`): neither changes a tensor, so a component bundled and signed after the adapter
-    composed over it was trained (the README's order) is still the one it was trained with.
-    Its files' digests are checked against the new manifest when it is verified."""
+    """The SHA-256 digests `manifest`, written as hub writes it, had before it was signed
+    (`hub sign` records its `signer`) and, signed or not, before it was bundled (`hub bundle`
+    lists its model card in `files`): neither changes a tensor, so a component bundled and
+    signed after the adapter composed over it was trained (the README's order) is still the
+    one it was trained with. Its files' digests are checked against the new manifest when it
+    is verified."""
     unsigned = {k: v for k, v in manifest.items() if k != "signer"}
     uncarded = {**unsigned, "files": [f for f in unsigned.get("files", ())
                                       if f.get("path") != README]}

@@ -114,7 +114,20 @@ class Pool:
         pool = cls(engine, notify=notify, **options)
         for ref in refs:
             pool.add(ref)
+        listed = pool.listing()
+        if dropped := [n for n in dict.fromkeys(map(public_name, refs)) if n not in listed]:
+            notify(f"warning: {', '.join(dropped)} did not fit {pool.limits()}: detached "
+                   "at start-up, each loaded again on its first request")
         return pool
+
+    def limits(self) -> str:
+        """The pool's limits, as people read them: '1 adapter', '10.0 MB', or both."""
+        said = []
+        if self.max_adapters is not None:
+            said.append(f"{self.max_adapters} adapter{'s' if self.max_adapters != 1 else ''}")
+        if self.max_bytes is not None:
+            said.append(f"{self.max_bytes / 2**20:.1f} MB")
+        return " and ".join(said) or "no limit"
 
     def add(self, ref: str) -> Served:
         """Pull (a registry reference, when not pulled yet), verify and attach `ref`.
@@ -131,6 +144,10 @@ class Pool:
         source = self._sources.get(name, ref)
         slot = self.engine.attach(resolve_adapter(source, notify=self.notify))
         served = Served(name, slot, self.engine.manifest(slot), self.engine.holdings(slot))
+        if self.max_bytes is not None and served.nbytes > self.max_bytes:
+            self.notify(f"warning: {name} holds {served.nbytes / 2**20:.1f} MB, more than "
+                        f"{self.limits()} on its own: it is detached after each request "
+                        "for it, and loaded again for the next")
         with self._meta:
             self._served[name] = served
             self._sources[name] = source
