@@ -120,6 +120,7 @@ class AdapterHub:
         Raises:
             AdapterError: no such adapter, or a component of a composed adapter loaded
                 (shared when loaded on its own too): remove that first."""
+        self._manifest(name)  # the names people loaded, not the model's own
         users = self._users(name)
         if users:
             from hubcli.errors import AdapterError

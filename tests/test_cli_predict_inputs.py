@@ -195,6 +195,10 @@ def test_a_mistyped_adapter_folder_is_named_not_predicted(folder, monkeypatch):
     assert f"error: {typo}: no such adapter folder; did you mean ./{folder.name}?" in result.stderr
     with_a = run("predict", "-a", typo, "a fine film")
     assert with_a.exit_code == 1 and f"hint: did you mean ./{folder.name}?" in with_a.stderr
+    for path_like in (f"./{typo}", str(folder.parent / typo)):  # spelt as typed
+        r = run("predict", path_like, "a fine film")
+        near = path_like[:-1]
+        assert r.exit_code == 1 and f"hint: did you mean {near}?" in r.stderr, r.stderr
     assert run("predict", "a fine film").exit_code == 1  # a text with spaces: no folder near
     assert "none pulled yet" in run("predict", "brilliant").stderr  # nothing near either
 

@@ -153,7 +153,9 @@ def test_a_missing_component_folder_is_named(runs, tmp_path):
     shutil.copytree(runs / "fusion", copy / "fusion")
     r = run("predict", copy / "fusion", "a gripping film")
     assert r.exit_code == 1
-    assert "component sst-a@0.1.0: its folder ../sst-a is missing" in r.stderr
+    # where it was looked for (../sst-a was read as from the working folder)
+    assert f"component sst-a@0.1.0: its folder {copy.resolve() / 'sst-a'} is missing" in r.stderr
+    assert "`hub train --stack NS/NAME@VERSION`" in r.stderr
 
 
 def test_components_on_another_base_are_refused_before_anything_loads(tmp_path):
@@ -426,6 +428,9 @@ def test_a_loaded_fusion_by_its_block_with_the_base_and_kept_whole(runs):
     assert hub.load(runs / "sst-a") == "sst-a"  # shared with the fusion
     with pytest.raises(AdapterError, match="sst-a is a component of fusion, loaded too"):
         hub.remove("sst-a")
+    with pytest.raises(AdapterError, match="no adapter named 'Fuse") as unknown:
+        hub.remove(f"Fuse({', '.join(COMPONENTS)})")  # the model's own name for its fusion
+    assert unknown.value.hint == f"loaded: {', '.join(COMPONENTS)}, fusion"  # people's names
     with pytest.raises(AdapterError, match="__base__ is reserved"):
         hub.load(runs / "stacked", name=BASE)
     assert "__base__" not in hub.model.infos and "__base__" not in hub.model.compositions

@@ -590,3 +590,25 @@ def test_adapters_over_the_limits_at_start_up_are_named(adapters, tiny_base_dir)
                       **POLICY)
     assert any(m.startswith(f"warning: {sst} holds ") and "more than 0.0 MB on its own: it "
                "is detached after each request for it" in m for m in said), said
+
+
+def test_one_folder_by_two_spellings_and_the_base_are_not_served_twice_nor_unloaded(
+        adapters, tiny_base_dir, monkeypatch):
+    """POST /v1/adapters of ./ner and then /abs/ner attached it twice (both listed);
+    DELETE of __base__ said it was not served, though listed, and 404s had no hint."""
+    from pathlib import Path
+
+    from hubcli.serving.pool import AlreadyServed, NotServed
+
+    ner = Path(adapters["ner"])
+    monkeypatch.chdir(ner.parent)
+    pool = Pool(Engine(str(tiny_base_dir), **POLICY))
+    pool.add("./ner")
+    with pytest.raises(AlreadyServed, match=f"{ner} is served already, as './ner'"):
+        pool.add(str(ner))
+    assert list(pool.listing()) == ["__base__", "./ner"]
+    with pytest.raises(NotServed, match="__base__ is the untouched base, not an adapter"):
+        pool.remove("__base__")
+    with pytest.raises(NotServed, match="no adapter named 'nope' is served") as refused:
+        pool.remove("nope")
+    assert refused.value.hint == "served: ./ner"

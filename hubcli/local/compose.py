@@ -81,9 +81,11 @@ def _find(requirement: dict[str, Any], parent: Path, verify: Verify,
             notify(f"notice: {folder} is not the {name} this adapter was composed with; "
                    f"looking for {requirement['ref']} instead")
     if "ref" not in requirement:
-        raise ComponentError(f"its folder {requirement['path']} is missing", component=name,
+        where = (parent / requirement["path"]).resolve()
+        raise ComponentError(f"its folder {where} is missing", component=name,
                              hint="put the adapter there again, or re-create this one with "
-                                  "registry references (`hub fuse --adapters NS/NAME@VERSION`)")
+                                  "registry references (`hub fuse --adapters NS/NAME@VERSION`, "
+                                  "`hub train --stack NS/NAME@VERSION`)")
     from hubcli.remote.pull import ensure_pulled
 
     try:

@@ -23,17 +23,15 @@ def split_adapter_and_texts(args: list[str], notify: Callable[[str], None]) -> t
     """(adapter folder, texts). A registry reference is pulled first when needed.
 
     Raises:
-        UsageError: no adapter given and none was pulled before.
+        UsageError: no adapter given and none was pulled before, or a folder that is not
+            there (one nearly spelt: named).
     """
     path_like = bool(args) and args[0].startswith(("./", "../", "/", "~"))
-    if path_like and not is_dir(args[0]):
-        raise UsageError(f"{args[0]}: no such adapter folder",
-                         hint="point at a folder written by `hub train --out`, or NS/NAME")
-    if args and looks_like_adapter(args[0]):
+    if path_like or (args and looks_like_adapter(args[0])):  # a missing folder: said there
         ref, texts = args[0], args[1:]
     elif args and (near := near_adapter_folder(args[0])) is not None:
-        raise UsageError(f"{args[0]}: no such adapter folder; did you mean ./{near}?",
-                         hint=f"hub predict ./{near} TEXT...; for a one-word text, name the "
+        raise UsageError(f"{args[0]}: no such adapter folder; did you mean {near}?",
+                         hint=f"hub predict {near} TEXT...; for a one-word text, name the "
                               "adapter first")
     else:
         from hubcli.settings import load_config
@@ -47,18 +45,28 @@ def split_adapter_and_texts(args: list[str], notify: Callable[[str], None]) -> t
 
 
 def near_adapter_folder(word: str) -> str | None:
-    """An adapter folder here (one holding a manifest) whose name `word` nearly spells, as a
-    mistyped one does (`sst22` for `sst2`); None for a word with spaces, or none near."""
+    """An adapter folder (one holding a manifest) whose path `word` nearly spells, as a
+    mistyped one does (`sst22` or `./sst22` for `./sst2`), spelt as `word` spells its folder;
+    None for a word with spaces, or none near.
+
+    Raises nothing: a folder that cannot be listed has none near."""
     import difflib
 
     from hubcli.format.manifest import MANIFEST
 
-    if not word or any(c.isspace() for c in word) or len(word) > 100:
+    if not word or any(c.isspace() for c in word) or len(word) > 200:
         return None
-    here = [p.name for p in itertools.islice(Path.cwd().iterdir(), MAX_LISTED)
-            if (p / MANIFEST).is_file()]
-    near = difflib.get_close_matches(word.strip("/"), here, n=1, cutoff=0.8)
-    return near[0] if near else None
+    typed = Path(word.rstrip("/"))
+    where = typed.parent.expanduser() if typed.parent != Path(".") else Path.cwd()
+    try:
+        here = [p.name for p in itertools.islice(where.iterdir(), MAX_LISTED)
+                if (p / MANIFEST).is_file()]
+    except OSError:
+        return None
+    near = difflib.get_close_matches(typed.name, here, n=1, cutoff=0.8)
+    if not near:
+        return None
+    return f"./{near[0]}" if typed.parent == Path(".") else str(typed.parent / near[0])
 
 
 def resolve_adapter(ref: str, notify: Callable[[str], None]) -> Path:
@@ -75,12 +83,14 @@ def resolve_adapter(ref: str, notify: Callable[[str], None]) -> Path:
     if is_dir(ref):
         return Path(ref).expanduser()
     if ref.startswith(("./", "../", "/", "~")):
+        near = near_adapter_folder(ref)
         raise UsageError(f"{ref}: no such adapter folder",
-                         hint="point at a folder written by `hub train --out`, or NS/NAME")
+                         hint=f"did you mean {near}?" if near else "point at a folder written "
+                              "by `hub train --out`, or NS/NAME")
     if not REF.match(ref):
         near = near_adapter_folder(ref)
         raise UsageError(f"{ref}: no such adapter folder, nor a registry reference",
-                         hint=f"did you mean ./{near}?" if near else "point at a folder "
+                         hint=f"did you mean {near}?" if near else "point at a folder "
                               "written by `hub train --out`, or NAMESPACE/NAME[@VERSION]")
     from hubcli.remote.pull import ensure_pulled
 

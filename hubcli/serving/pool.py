@@ -15,6 +15,7 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from hubcli.errors import AdapterError
@@ -141,6 +142,8 @@ class Pool:
         name = public_name(self._refs.get(ref, ref))
         if name in self._served:
             raise AlreadyServed(f"{name!r} is served already")
+        if same := self._same_folder(ref):  # another spelling of a folder served
+            raise AlreadyServed(f"{ref} is served already, as {same!r}")
         source = self._sources.get(name, ref)
         slot = self.engine.attach(resolve_adapter(source, notify=self.notify))
         served = Served(name, slot, self.engine.manifest(slot), self.engine.holdings(slot))
@@ -206,12 +209,17 @@ class Pool:
         """Detach `name`; it is loaded again on demand only as any registry adapter is.
 
         Raises:
-            NotServed: no such adapter is attached. InUse: requests for it are waiting.
+            NotServed: no such adapter is attached (`BASE` is not one: it stays). InUse:
+                requests for it are waiting.
         """
+        if name == BASE:
+            raise NotServed(f"{BASE} is the untouched base, not an adapter: it cannot be "
+                            "unloaded", hint="unload an adapter by its name in GET /v1/adapters")
         with self._meta:
             served = self._served.get(self._refs.get(name, name))
             if served is None:
-                raise NotServed(f"no adapter named {name!r} is served")
+                raise NotServed(f"no adapter named {name!r} is served",
+                                hint=f"served: {', '.join(sorted(self._served)) or 'none'}")
             if served.slot in self._pins:
                 raise InUse(f"{served.name!r} has requests waiting")
             del self._served[served.name]
@@ -233,6 +241,17 @@ class Pool:
         """Memory the attached adapters hold together, a component they share once."""
         held = {n: b for s in self._served.values() for n, b in s.holdings.items()}
         return sum(held.values())
+
+    def _same_folder(self, ref: str) -> str | None:
+        """The name a folder served is served under, where `ref` is that folder by another
+        spelling (./ner-adapter and /home/me/ner-adapter)."""
+        if is_registry_ref(ref) or not is_dir(ref):
+            return None
+        here = Path(ref).expanduser().resolve()
+        with self._meta:
+            return next((n for n, src in self._sources.items() if n in self._served
+                         and not is_registry_ref(src) and Path(src).expanduser().resolve()
+                         == here), None)
 
     def _loadable(self, name: str) -> bool:
         return public_name(name) in self._sources or (self.allow_pull and is_registry_ref(name))
