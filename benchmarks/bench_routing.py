@@ -228,10 +228,10 @@ def main() -> None:
         model.deactivate()
         model.encode(**batch)
 
-    def mixed(gather):
+    def mixed(gather, rows=per_row):
         def run():
             model.gather = gather
-            model.forward_routed(**batch, per_row=per_row)
+            model.forward_routed(**batch, per_row=rows)
         return run
 
     def naive():
@@ -256,12 +256,6 @@ def main() -> None:
         model.activate(fuse)
         model(**batch)
 
-    def mixed_fuse(gather):
-        def run():
-            model.gather = gather
-            model.forward_routed(**batch, per_row=with_fuse)
-        return run
-
     def mixed_fuse_apart(gather):
         def run():
             model.gather = gather
@@ -278,9 +272,10 @@ def main() -> None:
     # for them (a gathered route numbers every adapter loaded: `gathered.py`)
     mixes = {"mixed": mixed(False), "mixed_gathered": mixed(True), "one": one,
              "bare": bare, "naive": naive, "fuse": fused,
-             **{f"mixed_fuse{way}{mode}": make(gather) for mode, gather in
-                (("", False), ("_gathered", True))
-                for way, make in (("", mixed_fuse), ("_apart", mixed_fuse_apart))}}
+             **{f"mixed_fuse{mode}": mixed(gather, with_fuse) for mode, gather in
+                (("", False), ("_gathered", True))},
+             **{f"mixed_fuse_apart{mode}": mixed_fuse_apart(gather) for mode, gather in
+                (("", False), ("_gathered", True))}}
     parallels = {}
     for suffix, block in blocks.items():
         parallels[f"parallel{suffix}"] = parallel_of(block, False)
