@@ -60,18 +60,15 @@ def _records() -> list[dict[str, Any]]:
 
 
 def record_trained(directory: Path) -> None:
-    """Remember the adapter in `directory` as trained here, by its content: another adapter
-    trained into the same folder since leaves it remembered (moved back, it is still the one
-    trained here). Called by `hub train` after writing, and by `hub bundle`."""
+    """Remember the adapter in `directory` as trained here (replacing an older record of the
+    same folder). Called by `hub train` after writing, and by `hub bundle`."""
     directory = Path(directory)
     weights = next((n for n in WEIGHTS_FILES if (directory / n).is_file()), WEIGHTS_FILES[0])
     entry = {"adapter_sha256": sha256_file(directory / weights),
              "manifest_sha256": sha256_file(directory / MANIFEST),
              "path": str(directory.resolve()),
              "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    same = ("adapter_sha256", "manifest_sha256")
-    kept = [r for r in _records() if isinstance(r, dict)
-            and any(r.get(k) != entry[k] for k in same)]
+    kept = [r for r in _records() if isinstance(r, dict) and r.get("path") != entry["path"]]
     data = {"version": 1, "adapters": (kept + [entry])[-MAX_RECORDS:]}
     atomic_write_text(_trained_path(), json.dumps(data, indent=1) + "\n")
 
