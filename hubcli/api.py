@@ -136,9 +136,10 @@ class AdapterHub:
         if self.active == name:
             self.active = None
         for component in dict.fromkeys(self.components.pop(name, ())):
-            if component not in self._added and not any(
+            if component in self.manifests and component not in self._added and not any(
                     component in used for used in self.components.values()):
-                self.remove(component)  # nothing loaded needs it any more
+                self.remove(component)  # nothing loaded needs it (one removed already, as
+                # a component of another of its components, is gone)
 
     def _users(self, name: str) -> list[str]:
         """The composed adapters loaded with `name` among their components."""

@@ -574,6 +574,20 @@ def test_a_refused_composed_adapter_leaves_nothing_attached(tiny_base_dir, tmp_p
     assert engine.hub.model.infos == {} and engine.hub.model.sources == {}
 
 
+def test_a_fusion_over_a_stack_and_its_component_detaches_whole(tiny_base_dir, tmp_path):
+    """A fusion over (s1 = a stacked on a, a): detaching it removed a with s1, then failed
+    on a ("no adapter named 'a' is loaded"), after the removal had succeeded."""
+    from factories import FUSION
+
+    a = make_adapter_dir(tmp_path / "a", name="a", seed=1)
+    s1 = make_adapter_dir(tmp_path / "s1", name="s1", seed=2, requires=[requirement(a)])
+    fusion = make_adapter_dir(tmp_path / "f", name="f", architecture=FUSION,
+                              requires=[requirement(s1), requirement(a)])
+    engine = Engine(str(tiny_base_dir), **POLICY)
+    engine.detach(engine.attach(fusion))
+    assert engine.hub.model.infos == {} and engine.hub.manifests == {}
+
+
 def test_adapters_over_the_limits_at_start_up_are_named(adapters, tiny_base_dir):
     """`hub serve A B C --max-adapters 1` said only "serving __base__, C": A and B were
     detached without a word; an adapter larger than --max-adapter-mb alone was detached after
@@ -607,8 +621,14 @@ def test_one_folder_by_two_spellings_and_the_base_are_not_served_twice_nor_unloa
     with pytest.raises(AlreadyServed, match=f"{ner} is served already, as './ner'"):
         pool.add(str(ner))
     assert list(pool.listing()) == ["__base__", "./ner"]
+    pool.max_adapters = 1
+    pool.add(adapters["sst"])  # ./ner evicted: loaded again on demand, by its own name only
+    assert list(pool.listing()) == ["__base__", adapters["sst"]]
+    with pytest.raises(AlreadyServed, match=f"{ner} is served already, as './ner'"):
+        pool.add(str(ner))
+    assert pool.acquire("./ner") is None and pool.fetch("./ner").result(timeout=60)
     with pytest.raises(NotServed, match="__base__ is the untouched base, not an adapter"):
         pool.remove("__base__")
     with pytest.raises(NotServed, match="no adapter named 'nope' is served") as refused:
         pool.remove("nope")
-    assert refused.value.hint == "served: ./ner"
+    assert refused.value.hint == "served: ./ner"  # the least recently used went

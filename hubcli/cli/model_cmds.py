@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from hubcli.local import precision
-from hubcli.cli.output import echo_json, echo_text, notice, table
+from hubcli.cli.output import echo_json, echo_text, notice, notice_once, table
 from hubcli.errors import OptionError, UsageError
 from hubcli.fsutil import is_dir
 from hubcli.format.vocab import HOULSBY_TAPS, LAYERNORM_MODES, TASKS
@@ -403,7 +403,8 @@ def _predict_each(folders, texts: list[str], device: str, as_json: bool, attach:
     from hubcli.api import predict_each
     from hubcli.tasks import get_task
 
-    hub, names, preds = predict_each(folders, texts, device=device, notify=notice, **attach)
+    hub, names, preds = predict_each(folders, texts, device=device, notify=notice_once(),
+                                     **attach)
     if as_json:
         for text, row in zip(texts, preds):
             for name in names:

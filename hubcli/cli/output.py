@@ -39,8 +39,9 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], *, max_width
 
 
 def notice_once() -> Callable[[str], None]:
-    """A `notice` saying each message once, from any thread: a server verifies an adapter
-    again each time it loads it after an eviction."""
+    """A `notice` saying each message once, from any thread, where one run verifies an
+    adapter again: a component two composed adapters share (`hub predict -a`), a server
+    reloading an adapter after an eviction (`hub serve`)."""
     said: set[str] = set()
     lock = threading.Lock()
 
@@ -49,13 +50,10 @@ def notice_once() -> Callable[[str], None]:
             new = msg not in said
             said.add(msg)
         if new:
-            click.echo(msg, err=True)
+            notice(msg)
     return say
 
 
 def notice(msg: str) -> None:
-    """Notices and warnings go to stderr so --json output stays clean; each once per command
-    (a component two composed adapters share is verified for each, and said so once)."""
-    ctx = click.get_current_context(silent=True)  # None off the command's thread: said
-    say = notice_once() if ctx is None else ctx.meta.setdefault("hub.notice", notice_once())
-    say(msg)
+    """Notices and warnings go to stderr so --json output stays clean."""
+    click.echo(msg, err=True)

@@ -142,7 +142,7 @@ class Pool:
         name = public_name(self._refs.get(ref, ref))
         if name in self._served:
             raise AlreadyServed(f"{name!r} is served already")
-        if same := self._same_folder(ref):  # another spelling of a folder served
+        if same := self._same_folder(ref, name):  # another spelling of a folder served
             raise AlreadyServed(f"{ref} is served already, as {same!r}")
         source = self._sources.get(name, ref)
         slot = self.engine.attach(resolve_adapter(source, notify=self.notify))
@@ -242,14 +242,15 @@ class Pool:
         held = {n: b for s in self._served.values() for n, b in s.holdings.items()}
         return sum(held.values())
 
-    def _same_folder(self, ref: str) -> str | None:
-        """The name a folder served is served under, where `ref` is that folder by another
-        spelling (./ner-adapter and /home/me/ner-adapter)."""
+    def _same_folder(self, ref: str, name: str) -> str | None:
+        """The other name a folder is served under (attached, or evicted and loaded again on
+        demand), where `ref` (to be served as `name`) is that folder by another spelling
+        (./ner-adapter and /home/me/ner-adapter)."""
         if is_registry_ref(ref) or not is_dir(ref):
             return None
         here = Path(ref).expanduser().resolve()
         with self._meta:
-            return next((n for n, src in self._sources.items() if n in self._served
+            return next((n for n, src in self._sources.items() if n != name
                          and not is_registry_ref(src) and Path(src).expanduser().resolve()
                          == here), None)
 
