@@ -87,11 +87,20 @@ def read_json_cache(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def is_dir(path: str | Path) -> bool:
-    """`Path(path).expanduser().is_dir()`, and False where the system cannot look the name up
-    at all (longer than a file name may be: a long text where a folder may stand)."""
+def expanded(path: str | Path) -> Path:
+    """`path` with a leading ~ or ~user made the home folder, or as written where there is
+    none (`~nosuchuser`: a folder that is not there, not an error)."""
     try:
-        return Path(path).expanduser().is_dir()
+        return Path(path).expanduser()
+    except RuntimeError:  # no such user, or no home to expand to
+        return Path(path)
+
+
+def is_dir(path: str | Path) -> bool:
+    """`expanded(path).is_dir()`, and False where the system cannot look the name up at all
+    (longer than a file name may be: a long text where a folder may stand)."""
+    try:
+        return expanded(path).is_dir()
     except OSError:
         return False
 

@@ -201,6 +201,9 @@ def test_a_mistyped_adapter_folder_is_named_not_predicted(folder, monkeypatch):
         assert r.exit_code == 1 and f"hint: did you mean {near}?" in r.stderr, r.stderr
     assert run("predict", "a fine film").exit_code == 1  # a text with spaces: no folder near
     assert "none pulled yet" in run("predict", "brilliant").stderr  # nothing near either
+    for args in (["~nosuchuser", "a fine film"], ["-a", "~nosuchuser/x", "a fine film"]):
+        r = run("predict", *args)  # a home folder that cannot be found: a traceback
+        assert r.exit_code == 1 and f"error: {args[-2]}: no such adapter folder" in r.stderr
 
 
 def test_eval_refuses_data_the_adapter_was_not_trained_on(folder, pairs_folder, tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hubcli.base.hashing import content_hash
 from hubcli.errors import ModelError, UsageError
-from hubcli.fsutil import atomic_write_text, read_json_cache
+from hubcli.fsutil import atomic_write_text, expanded, read_json_cache
 from hubcli.settings import KNOWN_BASES_FILE, home_path
 
 DEFAULT_BASE_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -38,7 +38,7 @@ def resolve_base(ref: str | None, revision: str | None = None) -> tuple[str, Pat
     """
     if ref is None or ref == DEFAULT_BASE_NAME:
         return DEFAULT_BASE_NAME, packaged_base_path()
-    path = Path(ref).expanduser()
+    path = expanded(ref)
     if path.is_dir():
         return ref, path.resolve()
     if ref.startswith(("./", "../", "/", "~")):  # spelt as a path: never try it as a Hub id

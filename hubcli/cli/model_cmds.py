@@ -10,7 +10,7 @@ import click
 from hubcli.local import precision
 from hubcli.cli.output import echo_json, echo_text, notice, notice_once, table
 from hubcli.errors import OptionError, UsageError
-from hubcli.fsutil import is_dir
+from hubcli.fsutil import expanded, is_dir
 from hubcli.format.vocab import HOULSBY_TAPS, LAYERNORM_MODES, TASKS
 
 TASK_CHOICES = list(TASKS)
@@ -371,11 +371,11 @@ def _check_adapters_and_texts(adapters: tuple[str, ...], texts: tuple[str, ...])
     Raises:
         UsageError: either.
     """
-    given = {Path(a).expanduser().resolve() for a in adapters}
+    given = {expanded(a).resolve() for a in adapters}
     for text in texts:
-        if is_dir(text) and (Path(text).expanduser() / "manifest.json").is_file():
+        if is_dir(text) and (expanded(text) / "manifest.json").is_file():
             hint = (f"it is given as -a already: leave {text} out of the texts"
-                    if Path(text).expanduser().resolve() in given else f"give it as -a {text} too")
+                    if expanded(text).resolve() in given else f"give it as -a {text} too")
             raise UsageError(f"{text} is an adapter folder, and with --adapter/-a every "
                              "argument is a text", hint=hint)
     for k, ref in enumerate(adapters):

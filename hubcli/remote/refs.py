@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from hubcli.errors import UsageError
-from hubcli.fsutil import is_dir
+from hubcli.fsutil import expanded, is_dir
 from hubcli.format.vocab import ADAPTER_REF as REF, BASE
 
 
@@ -57,7 +57,7 @@ def near_adapter_folder(word: str) -> str | None:
     if not word or any(c.isspace() for c in word) or len(word) > 200:
         return None
     typed = Path(word.rstrip("/"))
-    where = typed.parent.expanduser() if typed.parent != Path(".") else Path.cwd()
+    where = expanded(typed.parent) if typed.parent != Path(".") else Path.cwd()
     try:
         here = [p.name for p in itertools.islice(where.iterdir(), MAX_LISTED)
                 if (p / MANIFEST).is_file()]
@@ -81,7 +81,7 @@ def resolve_adapter(ref: str, notify: Callable[[str], None]) -> Path:
                          "adapter to load", hint="AdapterHub.predict(texts, adapter=[...]) takes "
                          f"{BASE} rows; hub predict takes adapter folders or NS/NAME")
     if is_dir(ref):
-        return Path(ref).expanduser()
+        return expanded(ref)
     if ref.startswith(("./", "../", "/", "~")):
         near = near_adapter_folder(ref)
         raise UsageError(f"{ref}: no such adapter folder",

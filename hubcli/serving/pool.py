@@ -15,11 +15,10 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from hubcli.errors import AdapterError
-from hubcli.fsutil import is_dir
+from hubcli.fsutil import expanded, is_dir
 from hubcli.format.vocab import ADAPTER_REF, BASE
 from hubcli.serving.engine import Engine
 
@@ -248,10 +247,10 @@ class Pool:
         (./ner-adapter and /home/me/ner-adapter)."""
         if is_registry_ref(ref) or not is_dir(ref):
             return None
-        here = Path(ref).expanduser().resolve()
+        here = expanded(ref).resolve()
         with self._meta:
             return next((n for n, src in self._sources.items() if n != name
-                         and not is_registry_ref(src) and Path(src).expanduser().resolve()
+                         and not is_registry_ref(src) and expanded(src).resolve()
                          == here), None)
 
     def _loadable(self, name: str) -> bool:
