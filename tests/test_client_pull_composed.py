@@ -99,3 +99,27 @@ def test_pull_and_verify_cli_show_the_tree(remote, published, monkeypatch):
     assert [(c["name"], c["status"]) for c in tree] == [("sst2", "trusted"), ("stsb", "trusted")]
     r = CliRunner().invoke(cli, ["verify", path])
     assert "  requires stsb 1.0.0: " in r.stdout and "manifest sha256 as pinned" in r.stdout
+
+
+def test_a_server_loads_a_registry_fusion_on_its_first_request(
+        remote, published, registry_user, live_registry, tiny_base_dir, monkeypatch):
+    """`hub serve --allow-pull`: a request for a fusion on the registry pulls it with its
+    components, verified, and answers as the fusion predicts alone."""
+    from hubcli.api import AdapterHub
+    from hubcli.serving.engine import Engine, Job
+    from hubcli.serving.pool import Pool
+
+    monkeypatch.setenv("HUB_ENDPOINT", live_registry.url)  # the server's default registry
+    monkeypatch.setenv("HUB_TOKEN", registry_user[1])
+    user, _parts = published
+    pool = Pool(Engine(str(tiny_base_dir), allow_base_mismatch=True), allow_pull=True)
+    ref = f"{user}/fusion"
+    assert pool.acquire(ref) is None  # not attached: loaded on demand
+    slot = pool.fetch(ref).result(timeout=120)
+    assert pool.acquire(ref) == slot and list(pool.listing()) == ["__base__", ref]
+    texts = ["a gripping film", "dull"]
+    served = pool.engine.run([Job(slot, texts, 0), Job("__base__", texts[:1], 0)])[0]
+    hub = AdapterHub(str(tiny_base_dir))
+    hub.load(pulled.find(ref, "1.0.0").path, allow_base_mismatch=True)
+    assert [{k: v for k, v in p.items() if k != "text"} for p in served] == hub.predict(texts)
+    assert set(pool.engine.hub.model.infos) >= {"sst2", "stsb"}  # its components, attached
