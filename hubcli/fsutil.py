@@ -87,6 +87,12 @@ def read_json_cache(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def spelt_as_path(ref: str) -> bool:
+    """Whether `ref` is spelt as a path (./x, ../x, /x, ~/x): a folder, never a registry or
+    Hub id, there or not."""
+    return ref.startswith(("./", "../", "/", "~"))
+
+
 def expanded(path: str | Path) -> Path:
     """`path` with a leading ~ or ~user made the home folder, or as written where there is
     none (`~nosuchuser`: a folder that is not there, not an error)."""

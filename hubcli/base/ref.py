@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hubcli.base.hashing import content_hash
 from hubcli.errors import ModelError, UsageError
-from hubcli.fsutil import atomic_write_text, expanded, read_json_cache
+from hubcli.fsutil import atomic_write_text, expanded, read_json_cache, spelt_as_path
 from hubcli.settings import KNOWN_BASES_FILE, home_path
 
 DEFAULT_BASE_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -41,7 +41,7 @@ def resolve_base(ref: str | None, revision: str | None = None) -> tuple[str, Pat
     path = expanded(ref)
     if path.is_dir():
         return ref, path.resolve()
-    if ref.startswith(("./", "../", "/", "~")):  # spelt as a path: never try it as a Hub id
+    if spelt_as_path(ref):  # never tried as a Hub id
         raise ModelError(f"base model folder {ref} does not exist" if not path.exists() else
                          f"base model {ref} is not a folder",
                          hint="pass a folder with config.json, or a Hub id like org/name")

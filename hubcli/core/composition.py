@@ -86,6 +86,12 @@ def fusions_in(block: Block) -> list[Fuse]:
     return [*inner, block] if isinstance(block, Fuse) else inner
 
 
+def members(block: Block) -> tuple[list[str], list[str]]:
+    """(every adapter name a block uses, the names of its fusions' own parameters): what may
+    act for its rows at a site."""
+    return names_in(block), [f.name for f in fusions_in(block)]
+
+
 def owner(block: Block) -> str:
     """Whose head and LayerNorm deltas a block uses: a name's own, a Stack's last child's,
     a Fuse's own (its name)."""

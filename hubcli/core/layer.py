@@ -338,9 +338,11 @@ class AdapterLinear(nn.Module):
     def _routed(self, x: torch.Tensor, y: torch.Tensor, route: Route) -> torch.Tensor:
         if route.gathering():
             out = self._gathered(x, y, route)
+            if out is not None and not route.blocks:
+                return out
             if out is not None:  # the single adapters' rows; the composed run on theirs
                 return route.overwrite(out, partial(self._acts, route),
-                                       partial(self._segment, route, x, y)) if route.blocks else out
+                                       partial(self._segment, route, x, y))
         acts = partial(self._acts, route) if route.blocks else self.adapters.__contains__
         return route.apply(y, acts, partial(self._segment, route, x, y))
 

@@ -17,7 +17,7 @@ import torch
 
 from hubcli.core import gathered
 from hubcli.core.bert import CompactBert
-from hubcli.core.composition import Fuse, Parallel, fusions_in, names_in, owner
+from hubcli.core.composition import Fuse, Parallel, members, owner
 from hubcli.core.config import PLACEMENTS
 from hubcli.core.heads import routed_heads
 from hubcli.core.routing import BASE, Route
@@ -160,15 +160,16 @@ class RoutedPasses:
 
         Raises:
             AdapterError: a name that is not loaded."""
-        blocks = [self.block_of(n) for n in names]
-        names = {p for b in blocks for p in (*names_in(b), *(f.name for f in fusions_in(b)),
-                                             owner(b))}
-        if any(names & set(self.layernorm_sites[e].deltas) for e in EXTRA_LAYERNORMS):
+        parts: set[str] = set()
+        for block in map(self.block_of, names):
+            adapters, fusions = members(block)
+            parts.update(adapters, fusions, [owner(block)])
+        if any(parts & set(self.layernorm_sites[e].deltas) for e in EXTRA_LAYERNORMS):
             return None
         acting = [i for (i, _), site in self.adapter_sites.items()
-                  if names & {*site.adapters, *site.fusions}]
+                  if parts & {*site.adapters, *site.fusions}]
         acting += [i for i in range(self.num_layers) for p in PLACEMENTS
-                   if names & set(self.layernorm_sites[f"layers.{i}.{p}"].deltas)]
+                   if parts & set(self.layernorm_sites[f"layers.{i}.{p}"].deltas)]
         return min(acting, default=self.num_layers)
 
     def forward_routed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -177,9 +178,10 @@ class RoutedPasses:
                        ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """One pass with a different adapter per row (a composed one too, by its name: see
         `routing`): (hidden states, per-row logits of that row's head, None for `BASE` rows
-        and adapters without a head), in the caller's row order. Each head runs on its own rows (gathered, heads of one kind as one stack:
-        `heads.routed_heads`); `logits_to`: their outputs moved there (the CPU, from a GPU)
-        in one copy per head or stack before they are split into rows.
+        and adapters without a head), in the caller's row order. Each head runs on its own
+        rows (gathered, heads of one kind as one stack: `heads.routed_heads`); `logits_to`:
+        their outputs moved there (the CPU, from a GPU) in one copy per head or stack before
+        they are split into rows.
 
         Raises:
             AdapterError: a name that is not loaded.

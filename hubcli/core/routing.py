@@ -42,7 +42,7 @@ from typing import Any, Callable
 
 import torch
 
-from hubcli.core.composition import Block, fusions_in, names_in, owner
+from hubcli.core.composition import Block, members, owner
 from hubcli.core.names import module_key
 from hubcli.format.vocab import BASE
 
@@ -90,10 +90,9 @@ class Route:
         return {n: owner(b) for n, b in self.blocks.items()}
 
     @cached_property  # asked at every site of a pass, for each composed adapter
-    def parts(self) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-        """Each composed adapter's (adapters, fusions): what may act for its rows at a site."""
-        return {n: (tuple(names_in(b)), tuple(f.name for f in fusions_in(b)))
-                for n, b in self.blocks.items()}
+    def parts(self) -> dict[str, tuple[list[str], list[str]]]:
+        """Each composed adapter's (adapters, fusions) (`composition.members`)."""
+        return {n: members(b) for n, b in self.blocks.items()}
 
     def owner_of(self, name: str | None) -> str | None:
         """Whose head and LayerNorm deltas the rows of `name` use: its own, or its block's

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from hubcli.errors import UsageError
-from hubcli.fsutil import expanded, is_dir
+from hubcli.fsutil import expanded, is_dir, spelt_as_path
 from hubcli.format.vocab import ADAPTER_REF as REF, BASE
 
 
@@ -26,8 +26,8 @@ def split_adapter_and_texts(args: list[str], notify: Callable[[str], None]) -> t
         UsageError: no adapter given and none was pulled before, or a folder that is not
             there (one nearly spelt: named).
     """
-    path_like = bool(args) and args[0].startswith(("./", "../", "/", "~"))
-    if path_like or (args and looks_like_adapter(args[0])):  # a missing folder: said there
+    # a path spelt is the adapter, there or not (resolve_adapter says which folder is missing)
+    if args and (spelt_as_path(args[0]) or looks_like_adapter(args[0])):
         ref, texts = args[0], args[1:]
     elif args and (near := near_adapter_folder(args[0])) is not None:
         raise UsageError(f"{args[0]}: no such adapter folder; did you mean {near}?",
@@ -82,7 +82,7 @@ def resolve_adapter(ref: str, notify: Callable[[str], None]) -> Path:
                          f"{BASE} rows; hub predict takes adapter folders or NS/NAME")
     if is_dir(ref):
         return expanded(ref)
-    if ref.startswith(("./", "../", "/", "~")):
+    if spelt_as_path(ref):
         near = near_adapter_folder(ref)
         raise UsageError(f"{ref}: no such adapter folder",
                          hint=f"did you mean {near}?" if near else "point at a folder written "

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from hubcli.errors import AdapterError
-from hubcli.fsutil import expanded, is_dir
+from hubcli.fsutil import expanded, is_dir, spelt_as_path
 from hubcli.format.vocab import ADAPTER_REF, BASE
 from hubcli.serving.engine import Engine
 
@@ -67,7 +67,7 @@ def public_name(ref: str) -> str:
 
 
 def is_registry_ref(ref: str) -> bool:
-    return not ref.startswith(("./", "../", "/", "~")) and not is_dir(ref) \
+    return not spelt_as_path(ref) and not is_dir(ref) \
         and bool(ADAPTER_REF.match(ref))
 
 
