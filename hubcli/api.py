@@ -34,10 +34,14 @@ class AdapterHub:
     """A loaded base with any number of attached adapters, one active at a time."""
 
     def __init__(self, base: str | None = None, *, device: str = "cpu",
-                 notify: Callable[[str], None] = lambda _m: None) -> None:
+                 notify: Callable[[str], None] = lambda _m: None,
+                 warn_inputs: bool = True) -> None:
         """The base (`base`: a local folder, a Hub id, or None for the packaged default) on
         `device` (cpu, cuda, cuda:N, mps or auto). On a GPU, mixed batches and Parallel
-        gather their adapters (`AdapterModel.gather`).
+        gather their adapters (`AdapterModel.gather`). `notify` hears notices about the
+        adapters (an unsigned one, a base that differs) and, with `warn_inputs`, warnings
+        about the texts (one cut short); a server turns those off: its texts are its
+        clients', and its log is not theirs.
 
         Raises:
             OptionError: `device` is unknown or not on this machine (before anything loads).
@@ -57,6 +61,7 @@ class AdapterHub:
         self._added: set[str] = set()  # loaded by `add` (not only as a component)
         self.active: str | None = None
         self.notify = notify
+        self.warn_inputs = warn_inputs
 
     def load(self, directory: str | Path, *, name: str | None = None,
              allow_unsigned: bool = False, allow_base_mismatch: bool = False) -> str:
@@ -199,7 +204,14 @@ class AdapterHub:
             if len(adapter) != len(texts):
                 raise AdapterError(f"{len(adapter)} adapters for {len(texts)} texts",
                                    hint="pass one adapter name per text")
+            for number, name in enumerate(adapter, 1):
+                if not isinstance(name, str):
+                    raise TypeError(f"adapter {number} is a {type(name).__name__}, not an "
+                                    "adapter's name")
             return self._each(texts, list(adapter))
+        if adapter is not None and not isinstance(adapter, str):
+            raise TypeError(f"adapter= takes a name, or a list of one per text, not a "
+                            f"{type(adapter).__name__}")
         if compose is not None:
             return self._through(texts, *self._loaded(compose))
         name = self.active if adapter is None else adapter
@@ -212,10 +224,14 @@ class AdapterHub:
     def _loaded(self, block: Stack | Fuse) -> tuple[str, Stack | Fuse]:
         """(the name whose manifest and head `block` predicts with, the block to run): the
         composed adapter loaded as it (a fusion's parameters are under its own name, which
-        `Fuse(a, b)` does not spell), else its owner and itself.
+        `Fuse(a, b)` does not spell), else its owner and the block, in which the name of a
+        composed adapter loaded stands for its block, as in `adapter=` (`Stack("top")`,
+        for an adapter trained with `hub train --stack sst --name top`, runs sst, then
+        top; spelt out, `Stack("sst", "top")` is that adapter).
 
         Raises:
-            AdapterError: several loaded fusions are over those adapters."""
+            AdapterError: a name in `block` that is not loaded, or several loaded fusions
+                are over those adapters."""
         from hubcli.errors import AdapterError
 
         wanted = getattr(block, "label", None)  # a Fuse(..., name=) names the one it means
@@ -225,7 +241,30 @@ class AdapterHub:
         if len(loaded) > 1:
             raise AdapterError(f"{block} is {' and '.join(n for n, _ in loaded)}",
                                hint="pass adapter=NAME for the one you mean")
-        return loaded[0] if loaded else (owner(block), block)
+        if loaded:
+            return loaded[0]
+        block = self._spelt_out(block)
+        head = owner(block)  # a fusion's is its parameters' name: find the name it is loaded as
+        return next((n for n, b in self.model.compositions.items() if n in self.manifests
+                     and isinstance(b, Fuse) and b.name == head), head), block
+
+    def _spelt_out(self, block: Stack | Fuse) -> Stack | Fuse:
+        """`block` with each name of a composed adapter loaded replaced by its block (as
+        `hub fuse` and `hub train --stack` compose them; a Fuse given a name keeps it).
+
+        Raises:
+            AdapterError: a name that is not loaded (`BASE` among them: a block takes
+                adapters)."""
+        children = []
+        for child in block.children:
+            if isinstance(child, str):
+                self._manifest(child)
+                children.append(self.model.compositions.get(child, child))
+            else:  # the caller's own block (a composed adapter's is spelt out already)
+                children.append(self._spelt_out(child))
+        if isinstance(block, Fuse):
+            return Fuse(*children, name=block.label)
+        return Stack(*children)
 
     def _through(self, texts: list[str], name: str, block) -> list[dict]:
         """Every text through `block`, activated, predicting with adapter `name`'s head."""
@@ -233,7 +272,7 @@ class AdapterHub:
 
         m = self._manifest(name)
         self.model.activate(block)
-        task = self._task(m)
+        task = self._task(m, warn=True)
         predictor = Predictor(self.model, self.base.tokenizer, task, list(m["head"]["labels"]),
                               int(m["training"].get("max_length", DEFAULT_MAX_LENGTH)), m,
                               Path("."))
@@ -248,7 +287,8 @@ class AdapterHub:
             rows.setdefault(n, []).append(i)
         groups, start = [], 0
         for n, pos in rows.items():  # numbered from 0 in this order: run_routed's positions
-            groups.append(self._group(n, [texts[i] for i in pos], range(start, start + len(pos))))
+            groups.append(self._group(n, [texts[i] for i in pos], range(start, start + len(pos)),
+                                      numbers=[i + 1 for i in pos]))
             start += len(pos)
         results: list = [None] * len(texts)
         order = [i for pos in rows.values() for i in pos]
@@ -270,28 +310,57 @@ class AdapterHub:
         return [{n: flat[j * len(texts) + i] for j, n in enumerate(names)}
                 for i in range(len(texts))]
 
+    def count_tokens(self, texts: list[str], adapter: str) -> int:
+        """The tokens a pass runs for `texts` through `adapter` (`BASE` too): both texts of a
+        pair, a context's every window, after each is cut to the adapter's `max_length`.
+
+        Raises:
+            AdapterError: no such adapter.
+            UsageError: a text the adapter's task cannot take (as `predict` raises it).
+        """
+        group = self._group(adapter, texts, range(len(texts)), warn=False)
+        features = group.task.encode(group.examples, self.base.tokenizer, group.labels,
+                                     group.max_length, with_targets=False)
+        return sum(len(f["input_ids"]) for f in features)
+
     def _manifest(self, name: str) -> dict:
         if name not in self.manifests:
             from hubcli.errors import AdapterError
 
+            if name == BASE:
+                raise AdapterError(f"{BASE} is the untouched base, not an adapter",
+                                   hint=f"route texts to it: adapter=[..., \"{BASE}\", ...]")
             raise AdapterError(f"no adapter named {name!r} is loaded",
                                hint=f"loaded: {', '.join(self.manifests) or 'none'}")
         return self.manifests[name]
 
-    def _task(self, manifest: dict):
+    def _task(self, manifest: dict, *, warn: bool = False, numbers: list[int] | None = None):
+        """`manifest`'s task; `warn`: it warns through `notify` of a text it cuts short
+        (where the hub `warn_inputs`), calling the texts by `numbers` (`Task.numbers`)."""
         from hubcli.tasks import get_task
 
-        return get_task(manifest["task"], manifest.get("head"))
+        task = get_task(manifest["task"], manifest.get("head"))
+        if warn and self.warn_inputs:
+            task.notify = self.notify
+        task.numbers = numbers
+        return task
 
-    def _group(self, name: str, texts: list[str], positions) -> RowGroup:
+    def _group(self, name: str, texts: list[str], positions, *, warn: bool = True,
+               numbers: list[int] | None = None) -> RowGroup:
+        """`texts` through adapter `name`, their predictions at `positions` of `run_routed`'s;
+        `numbers`: what warnings and errors call them (`Task.numbers`), by default 1, 2, ...
+
+        Raises:
+            AdapterError: no such adapter.
+            UsageError: a text the adapter's task cannot take."""
         from hubcli.local.inference import RowGroup
 
         if name == BASE:  # the base's sentence embedding: text in, no head
-            task = self._task({"task": "classification"})
+            task = self._task({"task": "classification"}, warn=warn, numbers=numbers)
             return RowGroup(name, task, [], DEFAULT_MAX_LENGTH, [task.parse_input(t) for t in texts],
                             list(positions))
         m = self._manifest(name)
-        task = self._task(m)
+        task = self._task(m, warn=warn, numbers=numbers)
         examples = [task.parse_input(t) for t in texts]
         # the manifest's name, not a server's slot name
         task.check_inputs(examples, m["training"].get("text_pairs"), m.get("name", name))

@@ -70,6 +70,32 @@ def test_predict_routes_each_text_through_its_own_adapter(three_adapters, tiny_b
         hub.predict(texts, adapter=["sst", "ner"])
 
 
+def test_a_text_cut_short_is_warned_of_by_name_and_routed_alike(three_adapters, tiny_base_dir):
+    """Every route warned nothing (the README promises a warning naming the input), and
+    routed, a text is called by its number in the caller's list, not in its adapter's share
+    of it; a server's hub warns of no client's text."""
+    from hubcli.core.composition import Parallel
+    from hubcli.tasks.base import LONG_TEXT_CHARS
+
+    long = "word " * (LONG_TEXT_CHARS // 5 + 1)
+    for warn_inputs in (True, False):
+        seen: list[str] = []
+        hub = AdapterHub(str(tiny_base_dir), notify=seen.append, warn_inputs=warn_inputs)
+        for name in ("sst", "lora"):
+            hub.load(three_adapters / name, allow_unsigned=True)
+        seen.clear()
+        hub.predict(["fine", long], adapter="sst")
+        hub.predict(["fine", long, "dull"], adapter=["sst", "lora", "sst"])
+        hub.predict([long], compose=Parallel("sst", "lora"))
+        warning = (f"warning: input {{}}: a text of {len(long):,} characters; only its first "
+                   "32 tokens are used (--max-length)")
+        assert seen == ([warning.format(2)] * 2 + [warning.format(1)] * 2 if warn_inputs
+                        else []), seen
+    with pytest.raises(UsageError, match="input 3 has a second text .* and sst was trained on "
+                                         "single texts"):
+        hub.predict(["fine", "dull", "a\tb"], adapter=["lora", "sst", "sst"])
+
+
 def test_predict_with_parallel_equals_each_adapter_separately(three_adapters, tiny_base_dir):
     from hubcli.core.composition import Parallel
 

@@ -223,6 +223,21 @@ def test_routing_to_an_unknown_adapter_is_refused(model, base):
         model.forward_routed(**batch, per_row=["ad0", "nope"])
 
 
+def test_a_name_per_row_is_required_and_the_base_is_no_adapter(model, base):
+    """Two names for three rows dropped the third row's output silently (four raised a bare
+    IndexError); `BASE` in a Parallel was 'no adapter named __base__ is loaded'."""
+    from hubcli.core.composition import Parallel
+
+    add_houlsby_set(model)
+    batch = encode(base.tokenizer, TEXTS[:3])
+    for per_row in (["ad0", "ad1"], ["ad0"] * 4):
+        with pytest.raises(AdapterError, match=f"{len(per_row)} adapter names for a batch of "
+                                               "3 rows"):
+            model.forward_routed(**batch, per_row=per_row)
+    with pytest.raises(AdapterError, match="__base__ is the untouched base, not an adapter"):
+        model.forward_parallel(**batch, block=Parallel("ad0", BASE))
+
+
 def test_mixed_batch_of_both_methods_matches_each_row_alone(model, base, monkeypatch):
     houlsby = add_houlsby_set(model)[:4]
     lora = []

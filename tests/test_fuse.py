@@ -439,6 +439,29 @@ def test_a_loaded_fusion_by_its_block_with_the_base_and_kept_whole(runs):
     assert hub.predict(texts) == _fresh(runs / "sst-a").predict(texts)
 
 
+def test_a_composed_adapters_name_in_a_block_stands_for_its_block(runs):
+    """As in adapter= and Parallel: Stack("stacked") ran the top adapter without sst-a under
+    it, and a fusion's name in a block was 'not loaded' with the model's own names as hint."""
+    from hubcli.core.composition import Stack
+    from hubcli.errors import AdapterError
+    from hubcli.format.vocab import BASE
+
+    texts = ["a gripping film", "dull"]
+    hub = _fresh(runs / "stacked")
+    hub.load(runs / "fusion")
+    stacked, fused = hub.predict(texts, adapter="stacked"), hub.predict(texts, adapter="fusion")
+    assert hub.predict(texts, compose=Stack("stacked")) == stacked
+    assert hub.predict(texts, compose=Stack("sst-a", "stacked")) == stacked  # spelt out
+    assert hub.predict(texts, compose=Stack("fusion")) == fused
+    on_fusion = hub.predict(texts, compose=Stack("fusion", "stacked"))
+    assert on_fusion != stacked and {p["label"] for p in on_fusion} <= {"negative", "positive"}
+    with pytest.raises(AdapterError, match="no adapter named 'nope'") as unknown:
+        hub.predict(texts, compose=Stack("nope", "fusion"))
+    assert unknown.value.hint == f"loaded: sst-a, stacked, {', '.join(COMPONENTS[1:])}, fusion"
+    with pytest.raises(AdapterError, match="__base__ is the untouched base, not an adapter"):
+        hub.predict(texts, compose=Stack("sst-a", BASE))
+
+
 def test_two_fusions_over_the_same_adapters_load_side_by_side(runs):
     """One fusion per target task over the same adapters (Pfeiffer et al.'s setting): the
     second was refused, 'a fusion Fuse(...) is already loaded'. Each fusion's parameters

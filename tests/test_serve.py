@@ -329,6 +329,21 @@ def test_memory_budget_evicts_the_least_recently_used(adapters, tiny_base_dir):
     assert pool.nbytes() == budget
 
 
+def test_a_request_counts_the_tokens_its_pass_runs(tiny_base_dir, adapters):
+    """What `max_tokens` and a batch's fair share bound: a pair counted its first text only,
+    and a tagger's long text one window of its many."""
+    engine = Engine(str(tiny_base_dir), **POLICY)
+    ner = engine.attach(adapters["ner"])
+    tokenizer = engine.hub.base.tokenizer
+    pair = ["short", "word " * 60]
+    assert engine.count_tokens("__base__", ["\t".join(pair)]) == len(
+        tokenizer(*pair)["input_ids"]) == 64
+    long = "Angela Merkel visited Paris . " * 60
+    whole = len(tokenizer(long)["input_ids"])
+    assert engine.hub.manifests[ner]["training"]["max_length"] < whole
+    assert engine.count_tokens(ner, [long]) >= whole  # every window, overlaps counted twice
+
+
 def test_tokens_guard_predicting_and_listing_not_probes(pool):
     body = {"adapter": "__base__", "inputs": ["a film"]}
     settings = ServeSettings(tokens=("t-one", "t-two"), admin_token="adm")

@@ -33,11 +33,16 @@ class _Block:
         kind = type(self).__name__
         if len(children) < self.min_children:
             wanted = "one adapter" if self.min_children == 1 else "two adapters"
-            raise ValueError(f"{kind} needs at least {wanted}, got {len(children)}")
+            raise ValueError(f"{kind} needs at least {wanted}, got {len(children)}"
+                             + ("" if self.min_children == 1 else
+                                ": for one, name the adapter itself"))
         allowed = (str, Stack, Fuse) if self.nests else (str,)
         bad = [c for c in children if not isinstance(c, allowed)]
         if bad:
-            raise ValueError(f"{kind} cannot contain {bad[0]!r}")
+            takes = ("adapter names, Stacks and Fuses" if self.nests else
+                     "adapter names (a fusion or stack loaded: by its name)")
+            spelt = str(bad[0]) if isinstance(bad[0], _Block) else repr(bad[0])
+            raise ValueError(f"{kind} cannot contain {spelt}: it takes {takes}")
         object.__setattr__(self, "children", children)
 
     def __str__(self) -> str:

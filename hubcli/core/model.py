@@ -340,6 +340,11 @@ class AdapterModel(RoutedPasses, nn.Module):
                                    "it, or add_fusion() fresh fusion layers")
 
     def _require(self, name: str) -> None:
+        if name == BASE:  # routed to, never required: a head, a block, weights
+            raise AdapterError(f"{BASE} is the untouched base, not an adapter: it has no "
+                               "weights or head, and no place in a block",
+                               hint="route rows to it with forward_routed, or deactivate() "
+                                    "for a whole batch")
         if name not in self.infos:
             raise AdapterError(f"no adapter named {name!r} is loaded",
                                hint=f"loaded: {', '.join(self.infos) or 'none'}")

@@ -50,8 +50,13 @@ class RoutedPasses:
         which hold single adapters only; its rows there are the base's).
 
         Raises:
-            AdapterError: a name that is not loaded, or a composition whose parts are not.
+            AdapterError: a name that is not loaded, a composition whose parts are not, or
+                not one name per row of `attention_mask`.
         """
+        if attention_mask is not None and len(per_row) != len(attention_mask):
+            raise AdapterError(f"{len(per_row)} adapter names for a batch of "
+                               f"{len(attention_mask)} rows",
+                               hint=f"give one name per row ({BASE} or None: the base)")
         names = {n for n in per_row if n not in (None, BASE)}
         blocks = {}
         for n in names:
@@ -184,7 +189,7 @@ class RoutedPasses:
         they are split into rows.
 
         Raises:
-            AdapterError: a name that is not loaded.
+            AdapterError: a name that is not loaded, or not one name per row.
         """
         with self.routing(per_row, attention_mask) as route:
             mask = route.sort(attention_mask)

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from hubcli.format.vocab import BASE, DEFAULT_MAX_LENGTH
-
 
 @dataclass
 class Job:
@@ -94,7 +92,7 @@ class Engine:
         """Raises: OptionError (`device`), ModelError (the base)."""
         from hubcli.api import AdapterHub
 
-        self.hub = AdapterHub(base, device=device, notify=notify)
+        self.hub = AdapterHub(base, device=device, notify=notify, warn_inputs=False)
         self.hub.base.tokenizer = OneCallAtATime(self.hub.base.tokenizer)
         self.attach_policy = {"allow_unsigned": allow_unsigned,
                               "allow_base_mismatch": allow_base_mismatch}
@@ -139,16 +137,14 @@ class Engine:
                           for t in model.named_adapter_tensors(name).values())
                 for name in self.hub.holds(slot)}
 
-    def max_length(self, slot: str) -> int:
-        if slot == BASE:
-            return DEFAULT_MAX_LENGTH
-        return int(self.manifest(slot)["training"].get("max_length", DEFAULT_MAX_LENGTH))
-
     def count_tokens(self, slot: str, texts: list[str]) -> int:
-        """Tokens `texts` take in a batch for `slot` (after truncation)."""
-        limit = self.max_length(slot)
-        ids = self.hub.base.tokenizer([t.partition("\t")[0] for t in texts])["input_ids"]
-        return sum(min(len(i), limit) for i in ids)
+        """Tokens `texts` take in a batch for `slot`, as its pass runs them
+        (`AdapterHub.count_tokens`).
+
+        Raises:
+            UsageError: a text the adapter's task cannot take.
+        """
+        return self.hub.count_tokens(texts, slot)
 
     def run(self, jobs: list[Job]) -> list[list[dict]]:
         """Every job's predictions, the rows of all jobs routed together (one pass per 64

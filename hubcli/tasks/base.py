@@ -75,6 +75,14 @@ class Task(ABC):
         self.pad_id = 0
         # Where warnings about the data go (train and predict set it; silent by default).
         self.notify: Callable[[str], None] = lambda _message: None
+        # The caller's number of each input given, where they are some of the caller's (the
+        # texts one adapter takes of a routed list); None: 1, 2, ... (`input_number`).
+        self.numbers: list[int] | None = None
+
+    def input_number(self, index: int) -> int:
+        """What warnings and errors call input `index` (from 0) of those given: the caller's
+        number for it."""
+        return index + 1 if self.numbers is None else self.numbers[index]
 
     @abstractmethod
     def read(self, path: Path, *, fmt: str | None = None, columns: Columns = Columns()) -> list:
@@ -179,7 +187,8 @@ class Task(ABC):
         tokens (bounded_prefix), with a warning naming its file and line."""
         if len(text) <= LONG_TEXT_CHARS:
             return text
-        where = f"{path}:{line}" if path and line else f"{path or 'input'} {index + 1}"
+        where = (f"{path}:{line}" if path and line else
+                 f"{path} {index + 1}" if path else f"input {self.input_number(index)}")
         self.notify(f"warning: {where}: a text of {len(text):,} characters; only its first "
                     f"{tokens} tokens are used (--max-length)")
         return bounded_prefix(tokenizer, text, tokens)

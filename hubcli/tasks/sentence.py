@@ -95,9 +95,10 @@ class SentenceTask(Task):
         """
         if text_pairs is None:
             return
-        for number, example in enumerate(examples, 1):
+        for index, example in enumerate(examples):
             if (example.pair is not None) == text_pairs:
                 continue
+            number = self.input_number(index)
             if example.path is not None:  # a data file's row
                 problem, hint = ((f"one text, and {name} was trained on sentence pairs",
                                   "give data with the second texts (--text-pair-column)")
