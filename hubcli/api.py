@@ -23,10 +23,12 @@ from typing import TYPE_CHECKING, Callable
 
 from hubcli.format.manifest import MANIFEST
 from hubcli.format.vocab import BASE, DEFAULT_MAX_LENGTH
-from hubcli.core.composition import Fuse, Parallel, Stack, owner
+from hubcli.core.composition import (Fuse, Parallel, Stack, matching, names_in, owner,
+                                     spelt_out)
 
 if TYPE_CHECKING:
     from hubcli.local.inference import RowGroup
+    from hubcli.tasks.base import Task
     from hubcli.signing.policy import VerifiedBundle
 
 
@@ -175,7 +177,8 @@ class AdapterHub:
         every text; with `compose=Stack(...)` or `Fuse(...)`, the block (its owner's head).
 
         Raises:
-            TypeError: `texts` is one string, not a list of them, or holds something else.
+            TypeError: `texts` is one string, not a list of them, or holds something else;
+                `adapter` is neither a name nor a list of names.
             UsageError: a text is blank (nothing to predict from).
             AdapterError: no such adapter, none active, the list's length differs from the
                 texts', both `adapter` and `compose` given, or `compose` is not a block.
@@ -225,46 +228,32 @@ class AdapterHub:
         """(the name whose manifest and head `block` predicts with, the block to run): the
         composed adapter loaded as it (a fusion's parameters are under its own name, which
         `Fuse(a, b)` does not spell), else its owner and the block, in which the name of a
-        composed adapter loaded stands for its block, as in `adapter=` (`Stack("top")`,
-        for an adapter trained with `hub train --stack sst --name top`, runs sst, then
-        top; spelt out, `Stack("sst", "top")` is that adapter).
+        composed adapter loaded stands for its block, as in `adapter=`
+        (`composition.spelt_out`: `Stack("top")`, for an adapter trained with `hub train
+        --stack sst --name top`, runs sst, then top; `Stack("sst", "top")` is that adapter).
 
         Raises:
-            AdapterError: a name in `block` that is not loaded, or several loaded fusions
-                are over those adapters."""
+            AdapterError: a name in `block` that is not loaded, or a block in it spelt as
+                several loaded fusions."""
         from hubcli.errors import AdapterError
 
-        wanted = getattr(block, "label", None)  # a Fuse(..., name=) names the one it means
-        loaded = [(n, b) for n, b in self.model.compositions.items() if n in self.manifests
-                  and type(b) is type(block) and b.children == block.children
-                  and (wanted is None or wanted in (n, b.name))]
-        if len(loaded) > 1:
-            raise AdapterError(f"{block} is {' and '.join(n for n, _ in loaded)}",
+        for name in names_in(block):
+            self._manifest(name)
+        compositions = {n: b for n, b in self.model.compositions.items() if n in self.manifests}
+        found = matching(block, compositions)
+        if len(found) > 1:
+            raise AdapterError(f"{block} is {' and '.join(n for n, _ in found)}",
                                hint="pass adapter=NAME for the one you mean")
-        if loaded:
-            return loaded[0]
-        block = self._spelt_out(block)
+        if found:
+            return found[0]
+        try:
+            block = spelt_out(block, compositions)
+        except ValueError as err:
+            raise AdapterError(str(err), hint="name the one you mean: Fuse(..., name=NAME)"
+                               ) from None
         head = owner(block)  # a fusion's is its parameters' name: find the name it is loaded as
-        return next((n for n, b in self.model.compositions.items() if n in self.manifests
-                     and isinstance(b, Fuse) and b.name == head), head), block
-
-    def _spelt_out(self, block: Stack | Fuse) -> Stack | Fuse:
-        """`block` with each name of a composed adapter loaded replaced by its block (as
-        `hub fuse` and `hub train --stack` compose them; a Fuse given a name keeps it).
-
-        Raises:
-            AdapterError: a name that is not loaded (`BASE` among them: a block takes
-                adapters)."""
-        children = []
-        for child in block.children:
-            if isinstance(child, str):
-                self._manifest(child)
-                children.append(self.model.compositions.get(child, child))
-            else:  # the caller's own block (a composed adapter's is spelt out already)
-                children.append(self._spelt_out(child))
-        if isinstance(block, Fuse):
-            return Fuse(*children, name=block.label)
-        return Stack(*children)
+        return next((n for n, b in compositions.items()
+                     if isinstance(b, Fuse) and b.name == head), head), block
 
     def _through(self, texts: list[str], name: str, block) -> list[dict]:
         """Every text through `block`, activated, predicting with adapter `name`'s head."""
@@ -304,13 +293,14 @@ class AdapterHub:
         names = list(dict.fromkeys(block.children))
         if len(names) == 1:
             return [{names[0]: p} for p in self._each(texts, names * len(texts))]
-        groups = [self._group(n, texts, range(j * len(texts), (j + 1) * len(texts)))
-                  for j, n in enumerate(names)]
+        # the same texts for each: the first warns of one cut short, once
+        groups = [self._group(n, texts, range(j * len(texts), (j + 1) * len(texts)),
+                              warn=j == 0) for j, n in enumerate(names)]
         flat = run_parallel(self.model, self.base.tokenizer, groups)
         return [{n: flat[j * len(texts) + i] for j, n in enumerate(names)}
                 for i in range(len(texts))]
 
-    def count_tokens(self, texts: list[str], adapter: str) -> int:
+    def count_tokens(self, texts: list[str], *, adapter: str) -> int:
         """The tokens a pass runs for `texts` through `adapter` (`BASE` too): both texts of a
         pair, a context's every window, after each is cut to the adapter's `max_length`.
 
@@ -329,12 +319,14 @@ class AdapterHub:
 
             if name == BASE:
                 raise AdapterError(f"{BASE} is the untouched base, not an adapter",
-                                   hint=f"route texts to it: adapter=[..., \"{BASE}\", ...]")
+                                   hint=f"adapter=\"{BASE}\" predicts with it (for some "
+                                        "texts: in adapter=[...]); deactivate() leaves no "
+                                        "adapter active")
             raise AdapterError(f"no adapter named {name!r} is loaded",
                                hint=f"loaded: {', '.join(self.manifests) or 'none'}")
         return self.manifests[name]
 
-    def _task(self, manifest: dict, *, warn: bool = False, numbers: list[int] | None = None):
+    def _task(self, manifest: dict, *, warn: bool, numbers: list[int] | None = None) -> Task:
         """`manifest`'s task; `warn`: it warns through `notify` of a text it cuts short
         (where the hub `warn_inputs`), calling the texts by `numbers` (`Task.numbers`)."""
         from hubcli.tasks import get_task

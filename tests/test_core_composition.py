@@ -423,3 +423,26 @@ def test_composed_adapters_above_the_lowest_layer_share_the_trunk_below(model, b
         for name in (fused, "u3", "u2"):
             model.activate(name)
             assert torch.allclose(together[name], model(**batch), atol=1e-5, rtol=0), name
+
+
+def test_a_block_spelt_out_names_each_composed_adapter_once():
+    """What `compose=` runs: a composed adapter's name stands for its block, except a
+    stacked adapter's own name right after what it is stacked on, and a block spelt as a
+    loaded one is that one (a fusion's parameters' name with it); expanding names inside
+    a loaded block again ran its lower adapters twice."""
+    from hubcli.core.composition import spelt_out
+
+    loaded = {"s1": Stack("a", "s1"), "f": Fuse(Stack("a", "s1"), "a"),
+              "named": Fuse("a", "b", name="Fuse(a, b) #2")}
+    assert spelt_out(Stack("s1"), loaded) == Stack(Stack("a", "s1"))
+    assert spelt_out(Stack("a", "s1"), loaded) == Stack("a", "s1")
+    assert spelt_out(Stack("b", "a", "s1"), loaded) == Stack("b", "a", "s1")
+    assert spelt_out(Stack("b", Stack("a", "s1")), loaded) == Stack("b", Stack("a", "s1"))
+    assert spelt_out(Stack("b", "s1"), loaded) == Stack("b", Stack("a", "s1"))
+    assert spelt_out(Stack(loaded["f"], "b"), loaded) == Stack(loaded["f"], "b")
+    assert spelt_out(Fuse("s1", "a"), loaded).name == loaded["f"].name
+    assert spelt_out(Stack("f", "b"), loaded) == Stack(loaded["f"], "b")
+    assert spelt_out(Stack(Fuse("a", "b", name="named"), "s1"), loaded).children[0].name == \
+        "Fuse(a, b) #2"
+    with pytest.raises(ValueError, match=r"Fuse\(a, b\) is x and y"):
+        spelt_out(Stack(Fuse("a", "b"), "a"), {"x": Fuse("a", "b"), "y": Fuse("a", "b")})

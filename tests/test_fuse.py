@@ -441,8 +441,9 @@ def test_a_loaded_fusion_by_its_block_with_the_base_and_kept_whole(runs):
 
 def test_a_composed_adapters_name_in_a_block_stands_for_its_block(runs):
     """As in adapter= and Parallel: Stack("stacked") ran the top adapter without sst-a under
-    it, and a fusion's name in a block was 'not loaded' with the model's own names as hint."""
-    from hubcli.core.composition import Stack
+    it, and a fusion's name in a block was 'not loaded' with the model's own names as hint;
+    spelt out, anywhere in a block, a stacked adapter runs what it is stacked on once."""
+    from hubcli.core.composition import Fuse, Stack
     from hubcli.errors import AdapterError
     from hubcli.format.vocab import BASE
 
@@ -450,11 +451,17 @@ def test_a_composed_adapters_name_in_a_block_stands_for_its_block(runs):
     hub = _fresh(runs / "stacked")
     hub.load(runs / "fusion")
     stacked, fused = hub.predict(texts, adapter="stacked"), hub.predict(texts, adapter="fusion")
-    assert hub.predict(texts, compose=Stack("stacked")) == stacked
-    assert hub.predict(texts, compose=Stack("sst-a", "stacked")) == stacked  # spelt out
+    for spelt in (Stack("stacked"), Stack("sst-a", "stacked"), Stack(Stack("sst-a", "stacked"))):
+        assert hub.predict(texts, compose=spelt) == stacked, spelt
     assert hub.predict(texts, compose=Stack("fusion")) == fused
+    assert hub.predict(texts, compose=Stack(Fuse(*COMPONENTS, name="fusion"))) == fused
     on_fusion = hub.predict(texts, compose=Stack("fusion", "stacked"))
-    assert on_fusion != stacked and {p["label"] for p in on_fusion} <= {"negative", "positive"}
+    assert on_fusion == hub.predict(texts, compose=Stack(Fuse(*COMPONENTS), "sst-a", "stacked"))
+    assert on_fusion != stacked
+    under = hub.predict(texts, compose=Stack("sst-b", "stacked"))
+    assert under == hub.predict(texts, compose=Stack("sst-b", "sst-a", "stacked")) == \
+        hub.predict(texts, compose=Stack("sst-b", Stack("sst-a", "stacked")))
+    assert under != hub.predict(texts, compose=Stack("sst-b", "sst-a", "sst-a", "stacked"))
     with pytest.raises(AdapterError, match="no adapter named 'nope'") as unknown:
         hub.predict(texts, compose=Stack("nope", "fusion"))
     assert unknown.value.hint == f"loaded: sst-a, stacked, {', '.join(COMPONENTS[1:])}, fusion"

@@ -107,3 +107,43 @@ def owner(block: Block) -> str:
     if isinstance(block, Fuse):
         return block.name
     raise ValueError(f"{block} has no single head; use AdapterModel.forward_parallel")
+
+
+def matching(block: Stack | Fuse, compositions: dict[str, Block]) -> list[tuple[str, Block]]:
+    """The (name, block) of `compositions` spelt as `block`: of its kind, over the same
+    children, and for a Fuse given a name, of that name (the composition's, or the one its
+    parameters are under)."""
+    wanted = getattr(block, "label", None)
+    return [(n, b) for n, b in compositions.items()
+            if type(b) is type(block) and b.children == block.children
+            and (wanted is None or wanted in (n, b.name))]
+
+
+def spelt_out(block: Stack | Fuse, compositions: dict[str, Block]) -> Stack | Fuse:
+    """`block` as it runs where the composed adapters `compositions` are loaded: a block
+    spelt as one of them is that one (its parameters' name included), and the name of one
+    stands for its whole block, as `hub fuse` and `hub train --stack` compose them; but a
+    stacked adapter's name right after what it is stacked on is its own adapter
+    (`Stack("lang", "task")`, spelt out, is the adapter task stacked on lang, not lang
+    twice).
+
+    Raises:
+        ValueError: a block inside `block` spelt as several of them.
+    """
+    found = matching(block, compositions)
+    if len(found) > 1:
+        raise ValueError(f"{block} is {' and '.join(n for n, _ in found)}")
+    if found:
+        return found[0][1]
+    children: list[Block] = []
+    for child in block.children:
+        if not isinstance(child, str):
+            children.append(spelt_out(child, compositions))
+            continue
+        composed = compositions.get(child, child)
+        below = (composed.children[:-1] if isinstance(composed, Stack)
+                 and composed.children[-1] == child else None)
+        on_what_it_is_stacked = (below is not None and isinstance(block, Stack)
+                                 and tuple(children[-len(below):]) == below)
+        children.append(child if on_what_it_is_stacked else composed)
+    return Fuse(*children, name=block.label) if isinstance(block, Fuse) else Stack(*children)

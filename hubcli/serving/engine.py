@@ -142,9 +142,10 @@ class Engine:
         (`AdapterHub.count_tokens`).
 
         Raises:
+            AdapterError: no adapter in `slot`.
             UsageError: a text the adapter's task cannot take.
         """
-        return self.hub.count_tokens(texts, slot)
+        return self.hub.count_tokens(texts, adapter=slot)
 
     def run(self, jobs: list[Job]) -> list[list[dict]]:
         """Every job's predictions, the rows of all jobs routed together (one pass per 64

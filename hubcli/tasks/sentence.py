@@ -98,7 +98,6 @@ class SentenceTask(Task):
         for index, example in enumerate(examples):
             if (example.pair is not None) == text_pairs:
                 continue
-            number = self.input_number(index)
             if example.path is not None:  # a data file's row
                 problem, hint = ((f"one text, and {name} was trained on sentence pairs",
                                   "give data with the second texts (--text-pair-column)")
@@ -106,6 +105,7 @@ class SentenceTask(Task):
                                  (f"a second text, and {name} was trained on single texts",
                                   "give data without a second-text column"))
                 raise DataError(problem, path=example.path, line=example.line, hint=hint)
+            number = self.input_number(index)
             if text_pairs:
                 raise UsageError(f"input {number} is one text, and {name} was trained on "
                                  "sentence pairs", hint="give each input as TEXT<TAB>PAIR "
