@@ -362,6 +362,33 @@ def test_tokens_guard_predicting_and_listing_not_probes(pool):
     assert listing.status_code == 401 and probes == [200, 200, 200]
 
 
+@pytest.mark.parametrize("options", [["--admin-token", ""], ["--token", "t-one", "--token", " "]])
+def test_a_blank_token_is_refused_at_start_up(options):
+    """--admin-token "" turned the admin endpoints on for requests with no token at all (an
+    empty header compares equal); --token "" was dropped, leaving predicting open."""
+    from click.testing import CliRunner
+
+    from hubcli.cli.main import cli
+    from hubcli.errors import OptionError
+
+    r = CliRunner().invoke(cli, ["serve", *options])
+    assert r.exit_code != 0 and "a blank token lets in a request that sends none" in r.output
+    with pytest.raises(OptionError, match="--admin-token"):
+        ServeSettings(admin_token="")
+
+
+def test_the_bearer_scheme_is_read_in_any_case_and_required(pool):
+    """`bearer t` was refused (a scheme is case-insensitive), and a header of the bare token,
+    with no scheme, was let in."""
+    body = {"adapter": "__base__", "inputs": ["a film"]}
+    with running(pool, ServeSettings(tokens=("t-one",))) as (url, _server), \
+            httpx.Client(timeout=30) as client:
+        codes = [client.post(f"{url}/v1/predict", json=body,
+                             headers={"authorization": h}).status_code
+                 for h in ("bearer t-one", "BEARER  t-one", "t-one", "Basic t-one")]
+    assert codes == [200, 200, 401, 401]
+
+
 def test_access_log_is_one_json_object_per_request(pool, adapters):
     import json
     import logging

@@ -97,7 +97,10 @@ def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, m
                                            workers=workers or default_workers()),
                              max_inputs=max_inputs, max_text_chars=max_text_chars,
                              admin_token=admin_token,
-                             tokens=tuple(t for arg in tokens for t in arg.split()))
+                             # space-separated in one value (as the env var gives them);
+                             # a blank one kept, to be refused: dropped, it would leave
+                             # predicting open
+                             tokens=tuple(t for arg in tokens for t in arg.split() or [arg]))
     max_bytes = None if max_adapter_mb is None else int(max_adapter_mb * 2**20)
     serve(list(adapters) or ["__base__"], settings, host=host, port=port,
           access_log=access_log, notify=notice_once(), allow_pull=allow_pull,

@@ -78,7 +78,9 @@ def create_app(pool: Pool, settings: ServeSettings | None = None) -> FastAPI:
 
     def _bearer(request: Request, tokens: list[str], what: str) -> JSONResponse | None:
         """A 401 refusal unless the request carries one of `tokens`."""
-        given = request.headers.get("authorization", "").removeprefix("Bearer ").encode()
+        scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+        # the scheme's case is the client's (RFC 9110); without it nothing is given
+        given = credentials.strip().encode() if scheme.lower() == "bearer" else b""
         # every token compared, in constant time each: no early exit tells which came close
         if not sum(hmac.compare_digest(given, t.encode()) for t in tokens):
             return refusal(401, HubError(f"a valid {what} token is needed",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from starlette.responses import JSONResponse
 
-from hubcli.errors import HubError, NotFoundError, RegistryError
+from hubcli.errors import HubError, NotFoundError, OptionError, RegistryError
 from hubcli.serving.batcher import Batcher, BatchSettings, Busy
 from hubcli.serving.engine import Job
 from hubcli.serving.metrics import Metrics
@@ -34,6 +34,16 @@ class ServeSettings:
     max_text_chars: int = 10_000
     admin_token: str | None = None  # None: the admin endpoints (load, unload) are off
     tokens: tuple[str, ...] = ()  # bearer tokens for predicting; empty: predicting is open
+
+    def __post_init__(self) -> None:
+        """Raises OptionError: a blank token, which a request without one would match."""
+        for option, token in [("--admin-token", self.admin_token),
+                              *(("--token", t) for t in self.tokens)]:
+            if token is not None and not token.strip():
+                raise OptionError(option, token, "a blank token lets in a request that "
+                                  "sends none", hint="give a secret; leave the option out "
+                                  "for " + ("no admin endpoints" if option == "--admin-token"
+                                            else "predicting open to all"))
 
 
 class TooLarge(HubError):
