@@ -329,6 +329,23 @@ def test_memory_budget_evicts_the_least_recently_used(adapters, tiny_base_dir):
     assert pool.nbytes() == budget
 
 
+def test_an_adapter_over_the_budget_on_its_own_evicts_none_that_fit(adapters, tiny_base_dir,
+                                                                   tmp_path):
+    """It cannot fit beside them or without them: it emptied the pool, at start-up and after
+    each request for it (served last, it was the most recently used, so every other adapter
+    went first)."""
+    big = str(make_adapter_dir(tmp_path / "big", name="big", bottleneck=64, seed=4))
+    pool = Pool(Engine(str(tiny_base_dir), **POLICY))
+    for path in adapters.values():
+        pool.add(path)
+    pool.max_bytes = pool.nbytes() + 1
+    pool.add(big)
+    assert len(pool) == 4  # loaded for a request: kept for it, and the others stay
+    pool.release(pool.acquire(big))  # its request answered, it goes, alone
+    assert list(pool.listing()) == ["__base__", *adapters.values()]
+    assert pool.nbytes() == pool.max_bytes - 1
+
+
 def test_a_request_counts_the_tokens_its_pass_runs(tiny_base_dir, adapters):
     """What `max_tokens` and a batch's fair share bound: a pair counted its first text only,
     and a tagger's long text one window of its many."""

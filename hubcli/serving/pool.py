@@ -266,17 +266,26 @@ class Pool:
                 del self._loading[key]
 
     def _evict(self, keep: str | None = None) -> None:
-        """Detach the least recently used unpinned adapters (not `keep`) while more than
-        `max_adapters` are attached or they hold more than `max_bytes`."""
+        """Detach adapters (`_victim`) while more than `max_adapters` are attached or they
+        hold more than `max_bytes`."""
         while True:
             with self._meta:
-                over = ((self.max_adapters is not None and len(self._served) > self.max_adapters)
-                        or (self.max_bytes is not None and self.nbytes() > self.max_bytes))
-                idle = (s for s in self._served.values()
-                        if s.slot not in self._pins and s.name != keep)
-                victim = next(idle, None) if over else None
+                victim = self._victim(keep)
                 if victim is None:
                     return
                 del self._served[victim.name]
             self.engine.detach(victim.slot)
             self.events("evict", victim.name)
+
+    def _victim(self, keep: str | None) -> Served | None:
+        """The adapter to detach next, neither `keep` nor pinned: over `max_adapters`, the
+        least recently used; over `max_bytes`, one that holds more on its own first, and
+        while that one is kept or pinned, none (the others could go, and it would not fit)."""
+        idle = [s for s in self._served.values() if s.slot not in self._pins and s.name != keep]
+        if self.max_adapters is not None and len(self._served) > self.max_adapters:
+            return next(iter(idle), None)
+        if self.max_bytes is None or self.nbytes() <= self.max_bytes:
+            return None
+        if any(s.nbytes > self.max_bytes for s in self._served.values()):
+            return next((s for s in idle if s.nbytes > self.max_bytes), None)
+        return next(iter(idle), None)
