@@ -179,20 +179,14 @@ class AdapterHub:
         Raises:
             TypeError: `texts` is one string, not a list of them, or holds something else;
                 `adapter` is neither a name nor a list of names.
-            UsageError: a text is blank (nothing to predict from).
+            UsageError: a text is blank (nothing to predict from), or holds a lone
+                surrogate (no character: nothing can tokenize it).
             AdapterError: no such adapter, none active, the list's length differs from the
                 texts', both `adapter` and `compose` given, or `compose` is not a block.
         """
-        from hubcli.errors import AdapterError, UsageError
+        from hubcli.errors import AdapterError
 
-        if isinstance(texts, str):
-            raise TypeError("texts is one string: pass a list of texts ([text] for one)")
-        texts = list(texts)  # a generator is read once
-        for number, text in enumerate(texts, 1):
-            if not isinstance(text, str):
-                raise TypeError(f"text {number} is a {type(text).__name__}, not a string")
-            if not text.strip():
-                raise UsageError(f"text {number} is blank", hint="give each text some words")
+        texts = _checked(texts)
         if adapter is not None and compose is not None:
             raise AdapterError("adapter= and compose= both given",
                                hint="pass one: adapter= for the texts' adapters, compose= for "
@@ -305,9 +299,11 @@ class AdapterHub:
         pair, a context's every window, after each is cut to the adapter's `max_length`.
 
         Raises:
+            TypeError, UsageError: as `predict` raises them for `texts`, or a text the
+                adapter's task cannot take.
             AdapterError: no such adapter.
-            UsageError: a text the adapter's task cannot take (as `predict` raises it).
         """
+        texts = _checked(texts)
         group = self._group(adapter, texts, range(len(texts)), warn=False)
         features = group.task.encode(group.examples, self.base.tokenizer, group.labels,
                                      group.max_length, with_targets=False)
@@ -359,6 +355,34 @@ class AdapterHub:
         return RowGroup(name, task, list(m["head"]["labels"]),
                         int(m["training"].get("max_length", DEFAULT_MAX_LENGTH)), examples,
                         list(positions))
+
+
+def _checked(texts: list[str]) -> list[str]:
+    """`texts` as a list, each a text something can be predicted from.
+
+    Raises:
+        TypeError: `texts` is one string, not a list of them, or holds something else.
+        UsageError: a text is blank, or holds a lone surrogate (no character: nothing can
+            tokenize it).
+    """
+    from hubcli.errors import UsageError
+
+    if isinstance(texts, str):
+        raise TypeError("texts is one string: pass a list of texts ([text] for one)")
+    texts = list(texts)  # a generator is read once
+    for number, text in enumerate(texts, 1):
+        if not isinstance(text, str):
+            raise TypeError(f"text {number} is a {type(text).__name__}, not a string")
+        if not text.strip():
+            raise UsageError(f"text {number} is blank", hint="give each text some words")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise UsageError(f"text {number} holds {text[err.start]!r} at character "
+                             f"{err.start + 1}: half of a UTF-16 pair, not a character",
+                             hint="send the text as valid UTF-8 (or \\u escapes of whole "
+                                  "pairs)") from None
+    return texts
 
 
 def predict_each(folders: list[Path], texts: list[str], *, base: str | None = None,

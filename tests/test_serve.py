@@ -141,6 +141,8 @@ def test_adapters_health_and_ready(url, adapters):
     (b'{"adapter": "sst", "inputs": []}', 422,
      "inputs: List should have at least 1 item after validation, not 0"),
     (b'{"adapter": "__base__", "inputs": ["fine", "  "]}', 422, "text 2 is blank"),
+    (b'{"adapter": "__base__", "inputs": ["a \\ud800 b"]}', 422,  # was a 500
+     "text 1 holds '\\ud800' at character 3: half of a UTF-16 pair, not a character"),
     (b'{"adapter": "nope", "inputs": ["x"]}', 404, "no adapter named 'nope' is served"),
     (b'{"adapter": "__base__", "inputs": ' + b'["x"' + b', "x"' * 64 + b"]}", 413,
      "65 inputs exceed the limit of 64 per request"),
@@ -153,6 +155,18 @@ def test_refusals_are_one_line(url, body, status, first):
     assert answer.status_code == status
     assert answer.json()["error"] == first
     assert "\n" not in answer.json()["error"]
+
+
+def test_a_refusal_quoting_a_lone_surrogate_is_still_json():
+    """Starlette could not encode such a body: the client got a plain-text 500."""
+    import json
+
+    from hubcli.errors import HubError
+    from hubcli.serving.service import refusal
+
+    body = json.loads(refusal(404, HubError("x\ud800: no such adapter folder",
+                                            hint="see x\ud800")).body)
+    assert body == {"error": "x\\ud800: no such adapter folder", "hint": "see x\\ud800"}
 
 
 def held(server) -> tuple[threading.Event, threading.Event]:

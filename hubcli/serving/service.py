@@ -53,7 +53,14 @@ class TooLarge(HubError):
 def refusal(status: int, err: HubError | str, headers: dict | None = None) -> JSONResponse:
     message = str(err).splitlines()[0] if str(err) else type(err).__name__
     hint = getattr(err, "hint", None)
-    return JSONResponse({"error": message, "hint": hint}, status_code=status, headers=headers)
+    # what the client sent may be quoted back, a lone surrogate in it too, which no UTF-8
+    # body can hold: escaped, as JSON would have it
+    return JSONResponse({"error": _encodable(message), "hint": _encodable(hint)},
+                        status_code=status, headers=headers)
+
+
+def _encodable(text: str | None) -> str | None:
+    return None if text is None else text.encode("utf-8", "backslashreplace").decode()
 
 
 def status_of(err: Exception) -> int:
