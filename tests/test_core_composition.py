@@ -446,3 +446,37 @@ def test_a_block_spelt_out_names_each_composed_adapter_once():
         "Fuse(a, b) #2"
     with pytest.raises(ValueError, match=r"Fuse\(a, b\) is x and y"):
         spelt_out(Stack(Fuse("a", "b"), "a"), {"x": Fuse("a", "b"), "y": Fuse("a", "b")})
+
+
+def test_a_fresh_fusion_is_the_same_in_every_process(tiny_base_dir, tmp_path):
+    """`hub fuse --seed` did not reproduce a fusion (two runs differed by 0.15, and a resumed
+    run from the one it resumed): its sites drew their initial weights in a set's order,
+    which string hashing changes from one process to the next."""
+    import os
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    code = f"""
+import sys, torch
+from safetensors.torch import save_file
+from hubcli.base.load import load_base
+from hubcli.core.composition import Fuse
+from hubcli.core.config import HoulsbyConfig
+from hubcli.core.model import AdapterModel
+model = AdapterModel(load_base({str(tiny_base_dir)!r}).encoder)
+for n in ("a", "b"):
+    model.add_adapter(n, HoulsbyConfig(bottleneck=4), None)
+torch.manual_seed(0)
+own = model.add_fusion(Fuse("a", "b"), None)
+save_file({{k: v.contiguous() for k, v in model.adapter_state_dict(own).items()}}, sys.argv[1])
+"""
+    made = []
+    for seed in ("1", "2"):
+        out = tmp_path / f"fusion{seed}.safetensors"
+        subprocess.run([sys.executable, "-c", code, str(out)], check=True,
+                       env={**os.environ, "PYTHONHASHSEED": seed})
+        made.append(load_file(str(out)))
+    assert made[0].keys() == made[1].keys() and len(made[0]) > 4
+    assert all(torch.equal(made[0][k], made[1][k]) for k in made[0])

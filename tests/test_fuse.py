@@ -532,6 +532,45 @@ def test_a_fusion_is_found_by_its_spelling_kept_under_what_uses_it_and_exported(
     assert all(abs(o["score"] - t["score"]) < 1e-4 for o, t in zip(onnx_rows, torch_rows))
 
 
+def test_a_fusion_stopped_half_way_resumes_to_the_same_weights(runs, tmp_path):
+    """Stopped, `hub fuse` wrote a checkpoint and said to resume with --resume, an option it
+    did not have; and no two runs of it were alike (its sites' initial weights were drawn in
+    an order that changes from one process to the next)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    train, _ = sample_dataset()
+    common = ["fuse", "--adapters", f"{runs / 'sst-a'},{runs / 'sst-b'}", "--train", train,
+              "--max-steps", 60, "--batch-size", 8, "--checkpoint-every", 5, "--max-length",
+              16, "--quiet"]
+
+    def fuse(out, *more) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "hubcli", *map(str, common), "--out",
+                                 str(out), *more], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+
+    whole = fuse(tmp_path / "whole")
+    assert whole.wait(timeout=300) == 0, whole.stderr.read()
+    cut, ckpt = fuse(tmp_path / "cut"), tmp_path / "cut.ckpt"
+    deadline = time.monotonic() + 120
+    while not ckpt.exists():
+        assert cut.poll() is None and time.monotonic() < deadline, cut.stderr.read()
+        time.sleep(0.005)
+    cut.send_signal(signal.SIGTERM)
+    assert cut.wait(timeout=60) == 1
+    assert "hint: run the same command with --resume to continue" in cut.stderr.read()
+    resumed = fuse(tmp_path / "cut", "--resume")
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    a, b = (load_file(str(tmp_path / d / "fusion.safetensors")) for d in ("whole", "cut"))
+    assert a.keys() == b.keys() and max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
+    assert not ckpt.exists()
+
+
 def test_fuse_takes_the_training_loop_options(runs, tmp_path):
     """`hub fuse --max-steps` (and the rest of hub train's loop options) were missing: a
     fusion could only be trained by whole epochs."""

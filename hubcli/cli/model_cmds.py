@@ -76,7 +76,7 @@ def attach_options(f):
 
 
 def loop_options(f):
-    """How `hub train` and `hub fuse` step, evaluate and log."""
+    """How `hub train` and `hub fuse` step, evaluate, log and checkpoint."""
     for opt in reversed([
         click.option("--grad-accum", type=click.IntRange(min=1), default=1, show_default=True,
                      help="batches per optimiser step (a step's global batch: batch size x "
@@ -94,6 +94,10 @@ def loop_options(f):
                           "this file"),
         click.option("--log-every", type=click.IntRange(min=1), default=10, show_default=True,
                      help="steps between --log-json lines"),
+        click.option("--checkpoint-every", type=click.IntRange(min=1),
+                     help="write a checkpoint (OUT.ckpt) every N steps; one is also written "
+                          "on Ctrl-C/SIGTERM"),
+        click.option("--resume", is_flag=True, help="continue from OUT.ckpt (same options)"),
     ]):
         f = opt(f)
     return f
@@ -159,10 +163,6 @@ def training_data_options(f):
               help="[default: 3, more on small data: enough for ~500 steps, at most 20]")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
 @loop_options
-@click.option("--checkpoint-every", type=click.IntRange(min=1),
-              help="write a checkpoint (OUT.ckpt) every N steps; one is also written on "
-              "Ctrl-C/SIGTERM")
-@click.option("--resume", is_flag=True, help="continue from OUT.ckpt (same options)")
 @click.option("--streaming", is_flag=True,
               help="read the training file (CSV, TSV, JSONL) as a stream: memory flat in its "
               "size; batches shuffled within a window, not grouped by length")

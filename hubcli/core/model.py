@@ -150,7 +150,9 @@ class AdapterModel(RoutedPasses, nn.Module):
                   {k for k, site in self.adapter_sites.items() if components & set(site.adapters)})
         if bad := sorted(wanted - set(self.adapter_sites)):
             raise AdapterError(f"the base has no adapter site at layer {bad[0][0]}, {bad[0][1]}")
-        for key in wanted:
+        # in the model's order: a set's would draw each site's initial weights in an order
+        # string hashing changes from one process to the next (--seed would not reproduce)
+        for key in [k for k in self.adapter_sites if k in wanted]:
             site = self.adapter_sites[key]
             w = site.base_layer.weight
             site.fusions[name] = AdapterFusion(site.base_layer.out_features).to(
