@@ -571,6 +571,35 @@ def test_a_fusion_stopped_half_way_resumes_to_the_same_weights(runs, tmp_path):
     assert not ckpt.exists()
 
 
+def test_a_composed_adapter_is_not_written_over_its_components_nor_loops(runs, tmp_path):
+    """`hub fuse --out` a component's folder (with --overwrite) replaced the component with a
+    fusion requiring itself, which every command then met as a RecursionError traceback;
+    inside it, it broke both. --log-json in no folder failed after the base loaded."""
+    train, _ = sample_dataset()
+    before = sha256_file(runs / "sst-a" / "adapter.safetensors")
+    args = ["fuse", "--adapters", f"{runs / 'sst-a'},{runs / 'sst-b'}", "--train", train,
+            "--max-steps", 1, "--quiet", "--overwrite"]
+    for out, where in ((runs / "sst-a", "is the"), (runs / "sst-a" / "f", "is inside the")):
+        r = run(*args, "--out", out)
+        assert r.exit_code == 1 and f"{where} folder of the component" in r.stderr, r.output
+    r = run("train", "--stack", runs / "sst-a", "--train", train, "--out", runs / "sst-a",
+            "--overwrite", "--quiet")
+    assert r.exit_code == 1 and "is the folder of the component" in r.stderr, r.output
+    assert sha256_file(runs / "sst-a" / "adapter.safetensors") == before
+    r = run(*args, "--out", tmp_path / "f", "--log-json", tmp_path / "no" / "log.jsonl")
+    assert r.exit_code == 1 and "its folder does not exist" in r.stderr, r.output
+    assert not (tmp_path / "f").exists()
+    loop = tmp_path / "loop"  # what such an --out left: a stacked adapter requiring itself
+    shutil.copytree(runs / "stacked", loop)
+    m = manifest_io.read(loop)
+    manifest_io.write(loop, {**m, "requires": [{**m["requires"][0], "path": "."}]})
+    r = run("predict", "--allow-unsigned", loop, "dull")
+    assert r.exit_code == 1, r.output
+    error = next(line for line in r.stderr.splitlines() if line.startswith("error:"))
+    assert error == (f"error: component stacked: its folder {loop.resolve()} is an adapter it "
+                     "is composed of, or composed of it: a loop"), r.stderr
+
+
 def test_fuse_takes_the_training_loop_options(runs, tmp_path):
     """`hub fuse --max-steps` (and the rest of hub train's loop options) were missing: a
     fusion could only be trained by whole epochs."""

@@ -11,6 +11,7 @@ on another base: all before the base or any weight loads.
 from __future__ import annotations
 
 import hashlib
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from hubcli.signing.policy import VerifiedBundle
 
 Verify = Callable[[Path], "VerifiedBundle"]
+
+# per thread (a server verifies on several): the folders whose components are being resolved
+_resolving = threading.local()
 
 
 def pin(bundle: VerifiedBundle, *, ref: str | None = None,
@@ -46,14 +50,26 @@ def resolve_components(bundle: VerifiedBundle, verify: Verify,
     turn) and checked against their pins and its base.
 
     Raises:
-        ComponentError: a component not found, or whose manifest digest differs (named).
+        ComponentError: a component not found, whose manifest digest differs (named), or
+            that is `bundle` itself or requires it (a loop).
         BaseMismatchError: a component trained on another base (named).
         SignatureError, BundleError, ManifestError, RegistryError: from verifying or pulling.
     """
     requires = bundle.manifest.get("requires", ())
     if not requires:
         return bundle
-    components = tuple(_find(r, Path(bundle.directory), verify, notify) for r in requires)
+    here = Path(bundle.directory).resolve()
+    chain = getattr(_resolving, "chain", ())  # the composed adapters resolving, outermost first
+    if here in chain:
+        raise ComponentError(f"its folder {here} is an adapter it is composed of, or composed "
+                             "of it: a loop", component=bundle.manifest["name"],
+                             hint="a composed adapter was written over one of its components; "
+                                  "train it again with --out a folder of its own")
+    _resolving.chain = (*chain, here)
+    try:
+        components = tuple(_find(r, Path(bundle.directory), verify, notify) for r in requires)
+    finally:
+        _resolving.chain = chain
     base = bundle.manifest["base_model"]
     for requirement, component in zip(requires, components):
         theirs = component.manifest["base_model"]["content_hash"]

@@ -56,6 +56,7 @@ def load_components(refs: tuple[str, ...], out: Path, *, allow_unsigned: bool,
     `out`.
 
     Raises:
+        OptionError: `out` is a component's folder, or inside one.
         ComponentError: two components of one name.
         BaseMismatchError: components trained on different bases (named).
         SignatureError, BundleError, ManifestError, RegistryError, UsageError: see
@@ -70,6 +71,11 @@ def load_components(refs: tuple[str, ...], out: Path, *, allow_unsigned: bool,
     loaded = []
     for ref in refs:
         folder = resolve_adapter(ref, notify=notify).resolve()
+        if folder == out_dir or folder in out_dir.parents:
+            raise OptionError("--out", out, f"is {'' if folder == out_dir else 'inside '}the "
+                              f"folder of the component {ref}: writing there replaces or "
+                              "breaks what it is composed of",
+                              hint="write it to a folder of its own")
         bundle = verify_adapter(folder, allow_unsigned=allow_unsigned, notify=notify)
         pulled = next((r for r in pull_records.load() if r.path == str(folder)), None)
         if pulled is not None:

@@ -41,8 +41,8 @@ def check_schedule(s: TrainSettings) -> None:
     """Steps, evaluation and checkpoint options that go together (local/loop.py).
 
     Raises:
-        OptionError: --max-steps with --epochs, --patience without --validation, or --resume
-            without a checkpoint.
+        OptionError: --max-steps with --epochs, --patience without --validation, --resume
+            without a checkpoint, or --log-json in a folder that does not exist.
     """
     from hubcli.local.checkpoint import path_for
 
@@ -56,6 +56,9 @@ def check_schedule(s: TrainSettings) -> None:
     if s.resume and not path_for(Path(s.out)).is_file():
         raise OptionError("--resume", path_for(Path(s.out)), "no checkpoint there",
                           hint="train without --resume (with --checkpoint-every N to write one)")
+    if s.log_json is not None and not Path(s.log_json).parent.is_dir():
+        raise OptionError("--log-json", s.log_json, "its folder does not exist",
+                          hint="create the folder, or name a file in one that exists")
 
 
 def check_out(out: Path, *, overwrite: bool) -> None:
