@@ -247,6 +247,31 @@ def test_least_recently_used_adapter_is_evicted_and_reloaded(adapters, tiny_base
         assert metric(url, "hub_serve_adapter_evictions_total") == 1
 
 
+def test_an_evicted_adapter_is_listed_and_can_be_unloaded(adapters, tiny_base_dir):
+    """Evicted by the limits, an adapter was still answered (reloaded on its next request)
+    but missing from GET /v1/adapters and the hints, and DELETE said it was not served."""
+    from hubcli.serving.pool import NotServed
+
+    pool = Pool(Engine(str(tiny_base_dir), **POLICY), max_adapters=1)
+    sst, lora, ner = adapters.values()
+    for path in (sst, lora):
+        pool.add(path)
+    settings = ServeSettings(admin_token="adm")
+    with running(pool, settings) as (url, _server), httpx.Client(timeout=30) as client:
+        listed = client.get(f"{url}/v1/adapters").json()
+        assert [a["name"] for a in listed["adapters"]] == ["__base__", lora]
+        assert listed["on_demand"] == [sst]
+        gone = client.delete(f"{url}/v1/adapters/{sst}", headers={"authorization": "Bearer adm"})
+        assert (gone.status_code, gone.json()) == (200, {"removed": sst})
+        assert client.get(f"{url}/v1/adapters").json()["on_demand"] == []
+        refused = client.post(f"{url}/v1/predict", json={"adapter": sst, "inputs": ["a film"]})
+        assert refused.status_code == 404 and refused.json()["hint"].startswith(
+            f"served: __base__, {lora};")
+    assert len(pool) == 1 and pool.names() == [lora]
+    with pytest.raises(NotServed, match=f"no adapter named '{ner}' is served"):
+        pool.remove(ner)
+
+
 @pytest.fixture
 def published(remote, registry_user, live_registry, monkeypatch, tmp_path):
     """sst2-adapter 1.0.0 signed and pushed by the test's user, whose registry is the default;
@@ -704,4 +729,5 @@ def test_one_folder_by_two_spellings_and_the_base_are_not_served_twice_nor_unloa
         pool.remove("__base__")
     with pytest.raises(NotServed, match="no adapter named 'nope' is served") as refused:
         pool.remove("nope")
-    assert refused.value.hint == "served: ./ner"  # the least recently used went
+    # the least recently used went, and is still served: loaded again on its next request
+    assert refused.value.hint == f"served: ./ner, {adapters['sst']}"

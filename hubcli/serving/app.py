@@ -126,7 +126,8 @@ def create_app(pool: Pool, settings: ServeSettings | None = None) -> FastAPI:
     async def adapters(request: Request):
         if (refused := _client(request)) is not None:
             return refused
-        return {"adapters": list(pool.listing().values())}
+        # attached, described; evicted by the limits, named: loaded again on their next request
+        return {"adapters": list(pool.listing().values()), "on_demand": pool.evicted()}
 
     @app.get("/health")
     async def health() -> dict:

@@ -178,7 +178,7 @@ class Pool:
         if self._loadable(name):
             return None
         raise NotServed(f"no adapter named {name!r} is served",
-                        hint=f"served: {', '.join(sorted(self.listing()))}"
+                        hint=f"served: {', '.join([BASE, *self.names()])}"
                              + ("" if self.allow_pull else "; start with --allow-pull to load "
                                                             "registry adapters on demand"))
 
@@ -205,26 +205,40 @@ class Pool:
         return future
 
     def remove(self, name: str) -> None:
-        """Detach `name`; it is loaded again on demand only as any registry adapter is.
+        """Stop serving `name`, attached or evicted (loaded again on its next request until
+        now): it is loaded again on demand only as any registry adapter is.
 
         Raises:
-            NotServed: no such adapter is attached (`BASE` is not one: it stays). InUse:
+            NotServed: no such adapter is served (`BASE` is not one: it stays). InUse:
                 requests for it are waiting.
         """
         if name == BASE:
             raise NotServed(f"{BASE} is the untouched base, not an adapter: it cannot be "
                             "unloaded", hint="unload an adapter by its name in GET /v1/adapters")
         with self._meta:
-            served = self._served.get(self._refs.get(name, name))
-            if served is None:
+            key = public_name(self._refs.get(name, name))
+            served = self._served.get(key)
+            if served is None and key not in self._sources:
                 raise NotServed(f"no adapter named {name!r} is served",
-                                hint=f"served: {', '.join(sorted(self._served)) or 'none'}")
-            if served.slot in self._pins:
+                                hint=f"served: {', '.join(sorted(self._sources)) or 'none'}")
+            if served is not None and served.slot in self._pins:
                 raise InUse(f"{served.name!r} has requests waiting")
-            del self._served[served.name]
-            del self._sources[served.name]  # unloaded on purpose: no reload on demand
-            self._refs = {r: n for r, n in self._refs.items() if n != served.name}
-        self.engine.detach(served.slot)
+            self._served.pop(key, None)
+            del self._sources[key]  # unloaded on purpose: no reload on demand
+            self._refs = {r: n for r, n in self._refs.items() if n != key}
+        if served is not None:
+            self.engine.detach(served.slot)
+
+    def names(self) -> list[str]:
+        """Every adapter served, in name order: attached, or evicted and loaded again on its
+        next request."""
+        with self._meta:
+            return sorted(self._sources)
+
+    def evicted(self) -> list[str]:
+        """The adapters served but not attached now (each loaded again on its next request)."""
+        with self._meta:
+            return sorted(n for n in self._sources if n not in self._served)
 
     def listing(self) -> dict[str, dict]:
         """{name: description} of every attached adapter, the base first."""
