@@ -107,6 +107,17 @@ class ComponentError(AdapterError):
         self.component = component
 
 
+class ComponentNameTaken(ComponentError):
+    """Another version of a component is attached under its name (`component`): a model holds
+    one adapter per name."""
+
+    def __init__(self, component: str, version: str) -> None:
+        super().__init__("another adapter of this name is attached already",
+                         component=component,
+                         hint=f"remove it first: a composed adapter needs its own {component} "
+                              f"{version}")
+
+
 class BundleError(AdapterError):
     """A directory is not a publishable bundle (extra, missing or malformed files)."""
 

@@ -665,11 +665,41 @@ def test_a_refused_composed_adapter_leaves_nothing_attached(tiny_base_dir, tmp_p
         requirement(tmp_path / "fresh"), requirement(tmp_path / "two" / "shared")])
     engine = Engine(str(tiny_base_dir), **POLICY)
     first = engine.attach(tmp_path / "first")
-    with pytest.raises(AdapterError, match="another adapter named 'shared' is attached"):
+    with pytest.raises(AdapterError, match="component shared: another adapter of this name is "
+                                           "attached already"):
         engine.attach(tmp_path / "second")
     assert sorted(engine.hub.model.infos) == ["shared", first]
     engine.detach(first)
     assert engine.hub.model.infos == {} and engine.hub.model.sources == {}
+
+
+def test_an_idle_adapter_holding_another_version_of_a_component_makes_way(tiny_base_dir,
+                                                                          tmp_path):
+    """Two composed adapters over two versions of one component's name cannot be attached at
+    once; the pool refused the second for good (422 to every request for it, at start-up a
+    refusal to start) while the first sat idle. Now the idle one is detached, served on
+    demand, and makes way in turn; one with requests waiting does not."""
+    from hubcli.errors import ComponentNameTaken
+
+    for where, seed in (("one", 1), ("two", 2)):
+        make_adapter_dir(tmp_path / where / "shared", name="shared", seed=seed)
+        make_adapter_dir(tmp_path / f"on-{where}", name=f"on-{where}", seed=seed + 2,
+                         requires=[requirement(tmp_path / where / "shared")])
+    one, two = (str(tmp_path / f"on-{w}") for w in ("one", "two"))
+    said: list[str] = []
+    pool = Pool(Engine(str(tiny_base_dir), **POLICY), notify=said.append)
+    pool.add(one)
+    pool.add(two)
+    assert list(pool.listing()) == ["__base__", two] and pool.evicted() == [one]
+    assert said == [f"notice: {one} detached: {two} needs another version of its component "
+                    "shared; each is loaded again on its next request"]
+    assert pool.acquire(one) is None and pool.fetch(one).result(timeout=60)
+    assert list(pool.listing()) == ["__base__", one] and pool.evicted() == [two]
+    slot = pool.acquire(one)  # a request for it waits: it stays, and the other cannot come
+    with pytest.raises(ComponentNameTaken, match="component shared: another adapter"):
+        pool.fetch(two).result(timeout=60)
+    pool.release(slot)
+    assert pool.engine.hub.model.sources.keys() == {"shared", slot}
 
 
 def test_a_fusion_over_a_stack_and_its_component_detaches_whole(tiny_base_dir, tmp_path):

@@ -97,17 +97,15 @@ def _attach_component(model, base_info, component: VerifiedBundle, allow_base_mi
     the same manifest is attached already.
 
     Raises:
-        AdapterError: another adapter of its name is attached.
+        ComponentNameTaken: another adapter of its name is attached.
     """
-    from hubcli.errors import AdapterError
+    from hubcli.errors import ComponentNameTaken
 
     name = component.manifest["name"]
     digest = component.digests[MANIFEST]
     if name in model.sources:
         if model.sources[name] != digest:
-            raise AdapterError(f"another adapter named {name!r} is attached already",
-                               hint="remove it first: a composed adapter needs its own "
-                                    f"{name} {component.manifest['version']}")
+            raise ComponentNameTaken(name, component.manifest["version"])
     else:
         attach(model, base_info, component, allow_base_mismatch=allow_base_mismatch,
                notify=notify)

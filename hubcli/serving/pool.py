@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable
 
-from hubcli.errors import AdapterError
+from hubcli.errors import AdapterError, ComponentNameTaken
 from hubcli.fsutil import expanded, is_dir, spelt_as_path
 from hubcli.format.vocab import ADAPTER_REF, BASE
 from hubcli.serving.engine import Engine
@@ -90,6 +90,7 @@ class Pool:
         self._sources: dict[str, str] = {}     # name -> what to load it from again
         self._pins: dict[str, int] = {}        # slot -> requests holding it
         self._loading: dict[str, Future] = {}
+        self._displaced: set[str] = set()  # detached for another version of a component
         self._meta = threading.Lock()
 
     @classmethod
@@ -115,7 +116,8 @@ class Pool:
         for ref in refs:
             pool.add(ref)
         listed = pool.listing()
-        if dropped := [n for n in dict.fromkeys(map(public_name, refs)) if n not in listed]:
+        if dropped := [n for n in dict.fromkeys(map(public_name, refs))
+                       if n not in listed and n not in pool._displaced]:  # those said so
             notify(f"warning: {', '.join(dropped)} did not fit {pool.limits()}: detached "
                    "at start-up, each loaded again on its first request")
         return pool
@@ -144,7 +146,13 @@ class Pool:
         if same := self._same_folder(ref, name):  # another spelling of a folder served
             raise AlreadyServed(f"{ref} is served already, as {same!r}")
         source = self._sources.get(name, ref)
-        slot = self.engine.attach(resolve_adapter(source, notify=self.notify))
+        folder = resolve_adapter(source, notify=self.notify)
+        try:
+            slot = self.engine.attach(folder)
+        except ComponentNameTaken as err:  # another version's: detach what holds it, if idle
+            if not self._displace(err.component, name):
+                raise
+            slot = self.engine.attach(folder)
         served = Served(name, slot, self.engine.manifest(slot), self.engine.holdings(slot))
         if self.max_bytes is not None and served.nbytes > self.max_bytes:
             self.notify(f"warning: {name} holds {served.nbytes / 2**20:.1f} MB, more than "
@@ -278,6 +286,24 @@ class Pool:
         finally:
             with self._meta:
                 del self._loading[key]
+
+    def _displace(self, component: str, name: str) -> bool:
+        """Detach the served adapters that hold another version of `component`, which `name`
+        needs (each is loaded again on its next request, displacing `name` in turn); False
+        where one of them has requests waiting, or none holds it."""
+        with self._meta:
+            holders = [s for s in self._served.values() if component in s.holdings]
+            if not holders or any(s.slot in self._pins for s in holders):
+                return False
+            for s in holders:
+                del self._served[s.name]
+                self._displaced.add(s.name)
+        for s in holders:
+            self.engine.detach(s.slot)
+            self.events("evict", s.name)
+            self.notify(f"notice: {s.name} detached: {name} needs another version of its "
+                        f"component {component}; each is loaded again on its next request")
+        return True
 
     def _evict(self, keep: str | None = None) -> None:
         """Detach adapters (`_victim`) while more than `max_adapters` are attached or they
