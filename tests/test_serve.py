@@ -157,6 +157,23 @@ def test_refusals_are_one_line(url, body, status, first):
     assert "\n" not in answer.json()["error"]
 
 
+def test_unknown_paths_blank_names_and_the_base_get_the_one_refusal_shape(pool):
+    """An unknown path or method answered the framework's {"detail": ...}; POST
+    /v1/adapters of "" loaded the server's working folder, of __base__ said to use the
+    Python API."""
+    admin = {"authorization": "Bearer adm"}
+    with running(pool, ServeSettings(admin_token="adm")) as (url, _server), \
+            httpx.Client(timeout=30) as client:
+        answers = [client.get(f"{url}/v1/nope"), client.put(f"{url}/v1/predict"),
+                   client.post(f"{url}/v1/adapters", json={"adapter": " "}, headers=admin),
+                   client.post(f"{url}/v1/adapters", json={"adapter": "__base__"}, headers=admin)]
+    assert [(a.status_code, a.json()["error"]) for a in answers] == [
+        (404, "GET /v1/nope: not found"), (405, "PUT /v1/predict: method not allowed"),
+        (422, "the adapter to load is blank"),
+        (409, "__base__ is the untouched base: it is always served")]
+    assert answers[1].headers["allow"] == "POST"
+
+
 def test_a_refusal_quoting_a_lone_surrogate_is_still_json():
     """Starlette could not encode such a body: the client got a plain-text 500."""
     import json

@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hubcli.errors import HubError
 from hubcli.serving.pool import Pool
@@ -68,6 +69,13 @@ def create_app(pool: Pool, settings: ServeSettings | None = None) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
         return refusal(422, HubError(validation_line(exc.errors()), hint=BODY_HINT))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def elsewhere(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # an unknown path or method: the one refusal shape, not the framework's {"detail"}
+        return refusal(exc.status_code, HubError(
+            f"{request.method} {request.url.path}: {str(exc.detail).lower()}",
+            hint="see GET /docs for the endpoints and their methods"), exc.headers)
 
     @app.post("/v1/predict", response_model=PredictResponse)
     async def predict(body: PredictRequest, request: Request):

@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable
 
-from hubcli.errors import AdapterError, ComponentNameTaken
+from hubcli.errors import AdapterError, ComponentNameTaken, UsageError
 from hubcli.fsutil import expanded, is_dir, spelt_as_path
 from hubcli.format.vocab import ADAPTER_REF, BASE
 from hubcli.serving.engine import Engine
@@ -135,11 +135,19 @@ class Pool:
         """Pull (a registry reference, when not pulled yet), verify and attach `ref`.
 
         Raises:
-            AlreadyServed; UsageError, RegistryError, SignatureError,
-            BundleError, ManifestError, BaseMismatchError, AdapterError from loading.
+            AlreadyServed (`BASE` too); UsageError (also a blank `ref`); RegistryError,
+            SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError from
+            loading (ComponentNameTaken where the adapter holding that name has requests
+            waiting).
         """
         from hubcli.remote.refs import resolve_adapter
 
+        if not ref.strip():  # as a folder, the server's working one
+            raise UsageError("the adapter to load is blank",
+                             hint="name a folder or NS/NAME[@VERSION]")
+        if ref == BASE:
+            raise AlreadyServed(f"{BASE} is the untouched base: it is always served",
+                                hint=f'predict with it: {{"adapter": "{BASE}", "inputs": [...]}}')
         name = public_name(self._refs.get(ref, ref))
         if name in self._served:
             raise AlreadyServed(f"{name!r} is served already")

@@ -138,7 +138,9 @@ class Service:
         except Exception as err:
             return refuse(err)
         try:
-            job = Job(slot, inputs, self.pool.engine.count_tokens(slot, inputs))
+            # off the event loop: a long request's tokenizing would hold up every other
+            tokens = await asyncio.to_thread(self.pool.engine.count_tokens, slot, inputs)
+            job = Job(slot, inputs, tokens)
             future = self.batcher.submit(job)
             self.metrics.queue_depth.set(self.batcher.depth())
             rows = await asyncio.wrap_future(future)
