@@ -264,6 +264,27 @@ def test_least_recently_used_adapter_is_evicted_and_reloaded(adapters, tiny_base
         assert metric(url, "hub_serve_adapter_evictions_total") == 1
 
 
+def test_an_adapter_being_loaded_is_not_unloaded_under_its_load(adapters, tiny_base_dir,
+                                                                monkeypatch):
+    """A DELETE while a request's reload was under way answered 200, and the load then put
+    the adapter back."""
+    from hubcli.serving.pool import InUse
+
+    pool = Pool(Engine(str(tiny_base_dir), **POLICY), max_adapters=1)
+    sst, lora, _ = adapters.values()
+    for path in (sst, lora):
+        pool.add(path)
+    gate, attach = threading.Event(), pool.engine.attach
+    monkeypatch.setattr(pool.engine, "attach", lambda folder: gate.wait(30) and attach(folder))
+    loading = pool.fetch(sst)
+    with pytest.raises(InUse, match=f"'{sst}' is being loaded for a request"):
+        pool.remove(sst)
+    gate.set()
+    assert loading.result(timeout=60) and list(pool.listing()) == ["__base__", sst]
+    pool.remove(sst)
+    assert pool.names() == [lora]
+
+
 def test_an_evicted_adapter_is_listed_and_can_be_unloaded(adapters, tiny_base_dir):
     """Evicted by the limits, an adapter was still answered (reloaded on its next request)
     but missing from GET /v1/adapters and the hints, and DELETE said it was not served."""
@@ -400,6 +421,17 @@ def test_an_adapter_over_the_budget_on_its_own_evicts_none_that_fit(adapters, ti
     pool.release(pool.acquire(big))  # its request answered, it goes, alone
     assert list(pool.listing()) == ["__base__", *adapters.values()]
     assert pool.nbytes() == pool.max_bytes - 1
+    # while it is pinned, the others still keep to the budget among themselves
+    pool.max_bytes -= 2
+    pool.fetch(big).result(timeout=60)
+    slot = pool.acquire(big)
+    sst, lora, ner = adapters.values()
+    pool.release(pool.acquire(ner))  # ner the most recently used: sst goes first
+    pool.remove(lora)
+    pool.add(lora)
+    assert list(pool.listing()) == ["__base__", big, ner, lora] and pool.evicted() == [sst]
+    pool.release(slot)
+    assert list(pool.listing()) == ["__base__", ner, lora]
 
 
 def test_a_request_counts_the_tokens_its_pass_runs(tiny_base_dir, adapters):
@@ -436,7 +468,7 @@ def test_tokens_guard_predicting_and_listing_not_probes(pool):
 
 
 @pytest.mark.parametrize("options", [["--admin-token", ""], ["--token", "t-one", "--token", " "]])
-def test_a_blank_token_is_refused_at_start_up(options):
+def test_a_blank_token_is_refused_at_start_up(options, monkeypatch):
     """--admin-token "" turned the admin endpoints on for requests with no token at all (an
     empty header compares equal); --token "" was dropped, leaving predicting open."""
     from click.testing import CliRunner
@@ -444,6 +476,10 @@ def test_a_blank_token_is_refused_at_start_up(options):
     from hubcli.cli.main import cli
     from hubcli.errors import OptionError
 
+    def started(*_args, **_kwargs):  # a blank token let through: fail, do not serve forever
+        raise AssertionError("hub serve started with a blank token")
+
+    monkeypatch.setattr("hubcli.serving.server.serve", started)
     r = CliRunner().invoke(cli, ["serve", *options])
     assert r.exit_code != 0 and "a blank token lets in a request that sends none" in r.output
     with pytest.raises(OptionError, match="--admin-token"):
@@ -696,7 +732,8 @@ def test_an_idle_adapter_holding_another_version_of_a_component_makes_way(tiny_b
     once; the pool refused the second for good (422 to every request for it, at start-up a
     refusal to start) while the first sat idle. Now the idle one is detached, served on
     demand, and makes way in turn; one with requests waiting does not."""
-    from hubcli.errors import ComponentNameTaken
+    from hubcli.errors import ComponentError
+    from hubcli.serving.batcher import Busy
 
     for where, seed in (("one", 1), ("two", 2)):
         make_adapter_dir(tmp_path / where / "shared", name="shared", seed=seed)
@@ -712,11 +749,27 @@ def test_an_idle_adapter_holding_another_version_of_a_component_makes_way(tiny_b
                     "shared; each is loaded again on its next request"]
     assert pool.acquire(one) is None and pool.fetch(one).result(timeout=60)
     assert list(pool.listing()) == ["__base__", one] and pool.evicted() == [two]
-    slot = pool.acquire(one)  # a request for it waits: it stays, and the other cannot come
-    with pytest.raises(ComponentNameTaken, match="component shared: another adapter"):
+    slot = pool.acquire(one)  # a request for it waits: it stays, the other is to retry
+    with pytest.raises(Busy, match=f"{two} needs another version of its component shared, "
+                                   f"which {one} holds for requests under way"):
         pool.fetch(two).result(timeout=60)
     pool.release(slot)
     assert pool.engine.hub.model.sources.keys() == {"shared", slot}
+    # under load, each request for either is answered, or told to retry (never refused
+    # for good: the one whose component is held by the other's requests got a 422 each time)
+    with running(pool, ServeSettings()) as (url, _server), ThreadPoolExecutor(8) as ex:
+        answers = list(ex.map(lambda k: httpx.post(
+            f"{url}/v1/predict", json={"adapter": (one, two)[k % 2], "inputs": ["a film"]},
+            timeout=60), range(40)))
+    assert {a.status_code for a in answers} <= {200, 503}
+    assert all(a.headers["retry-after"] == "1" for a in answers if a.status_code == 503)
+    # one needing both versions itself can never be attached: refused, displacing nothing
+    make_adapter_dir(tmp_path / "both", name="both", seed=6, requires=[
+        requirement(tmp_path / "one" / "shared"), requirement(tmp_path / "on-two")])
+    before = list(pool.listing())
+    with pytest.raises(ComponentError, match="component shared: is needed in two versions"):
+        pool.add(str(tmp_path / "both"))
+    assert list(pool.listing()) == before and len(before) == 2
 
 
 def test_a_fusion_over_a_stack_and_its_component_detaches_whole(tiny_base_dir, tmp_path):

@@ -71,13 +71,15 @@ def attach(model, base_info, bundle: VerifiedBundle, *, name: str | None = None,
 
     Raises:
         BaseMismatchError: the base differs and that is not allowed; before any weight loads.
-        AdapterError: the weights file cannot be read, or another adapter of a component's
-            name is attached.
+        AdapterError: the weights file cannot be read.
+        ComponentNameTaken: another adapter of a component's name is attached.
+        ComponentError: the components need two versions of one name.
     """
     manifest = bundle.manifest
     check_base(manifest, base_info, allow_base_mismatch=allow_base_mismatch, notify=notify)
     name = name or manifest["name"]
     model.require_free(name)  # before a component is attached
+    _one_version_each(bundle)
     before = set(model.sources)
     try:
         blocks = [_attach_component(model, base_info, c, allow_base_mismatch, notify)
@@ -89,6 +91,21 @@ def attach(model, base_info, bundle: VerifiedBundle, *, name: str | None = None,
         raise
     model.sources[name] = bundle.digests[MANIFEST]
     return manifest
+
+
+def _one_version_each(bundle: VerifiedBundle, seen: dict[str, str] | None = None) -> None:
+    """Raises ComponentError: `bundle`'s components, at any depth, need two versions of one
+    name (a model holds one adapter per name: it can never be attached)."""
+    from hubcli.errors import ComponentError
+
+    seen = {} if seen is None else seen
+    for c in bundle.components:
+        name, digest = c.manifest["name"], c.digests[MANIFEST]
+        if seen.setdefault(name, digest) != digest:
+            raise ComponentError("is needed in two versions, and one adapter is attached per "
+                                 "name", component=name,
+                                 hint="compose it over components that agree on it")
+        _one_version_each(c, seen)
 
 
 def _attach_component(model, base_info, component: VerifiedBundle, allow_base_mismatch: bool,

@@ -38,7 +38,8 @@ from hubcli.serving.engine import Job
 
 
 class Busy(HubError):
-    """The request queue is full."""
+    """The server cannot take the request now: its queue is full, or the adapter cannot be
+    attached until other requests are answered (HTTP 503 with Retry-After)."""
 
     hint = "retry after a moment"
 

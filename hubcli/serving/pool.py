@@ -20,6 +20,7 @@ from typing import Callable
 from hubcli.errors import AdapterError, ComponentNameTaken, UsageError
 from hubcli.fsutil import expanded, is_dir, spelt_as_path
 from hubcli.format.vocab import ADAPTER_REF, BASE
+from hubcli.serving.batcher import Busy
 from hubcli.serving.engine import Engine
 
 
@@ -158,9 +159,11 @@ class Pool:
         try:
             slot = self.engine.attach(folder)
         except ComponentNameTaken as err:  # another version's: detach what holds it, if idle
-            if not self._displace(err.component, name):
-                raise
-            slot = self.engine.attach(folder)
+            self._displace(err.component, name)
+            try:
+                slot = self.engine.attach(folder)
+            except ComponentNameTaken:  # taken again meanwhile (a holder reloaded)
+                raise _waiting(name, err.component, "an adapter loading") from None
         served = Served(name, slot, self.engine.manifest(slot), self.engine.holdings(slot))
         if self.max_bytes is not None and served.nbytes > self.max_bytes:
             self.notify(f"warning: {name} holds {served.nbytes / 2**20:.1f} MB, more than "
@@ -170,6 +173,7 @@ class Pool:
             self._served[name] = served
             self._sources[name] = source
             self._refs[ref] = name
+            self._displaced.discard(name)
         self.events("load", name)
         self._evict(keep=name)
         return served
@@ -226,7 +230,7 @@ class Pool:
 
         Raises:
             NotServed: no such adapter is served (`BASE` is not one: it stays). InUse:
-                requests for it are waiting.
+                requests for it are waiting, or it is being loaded for one.
         """
         if name == BASE:
             raise NotServed(f"{BASE} is the untouched base, not an adapter: it cannot be "
@@ -234,12 +238,15 @@ class Pool:
         with self._meta:
             key = public_name(self._refs.get(name, name))
             served = self._served.get(key)
+            if key in self._loading:  # its load would put it back
+                raise InUse(f"{key!r} is being loaded for a request")
             if served is None and key not in self._sources:
                 raise NotServed(f"no adapter named {name!r} is served",
                                 hint=f"served: {', '.join(sorted(self._sources)) or 'none'}")
             if served is not None and served.slot in self._pins:
                 raise InUse(f"{served.name!r} has requests waiting")
             self._served.pop(key, None)
+            self._displaced.discard(key)
             del self._sources[key]  # unloaded on purpose: no reload on demand
             self._refs = {r: n for r, n in self._refs.items() if n != key}
         if served is not None:
@@ -268,8 +275,7 @@ class Pool:
 
     def nbytes(self) -> int:
         """Memory the attached adapters hold together, a component they share once."""
-        held = {n: b for s in self._served.values() for n, b in s.holdings.items()}
-        return sum(held.values())
+        return _held(self._served.values())
 
     def _same_folder(self, ref: str, name: str) -> str | None:
         """The other name a folder is served under (attached, or evicted and loaded again on
@@ -295,14 +301,19 @@ class Pool:
             with self._meta:
                 del self._loading[key]
 
-    def _displace(self, component: str, name: str) -> bool:
+    def _displace(self, component: str, name: str) -> None:
         """Detach the served adapters that hold another version of `component`, which `name`
-        needs (each is loaded again on its next request, displacing `name` in turn); False
-        where one of them has requests waiting, or none holds it."""
+        needs (each is loaded again on its next request, displacing `name` in turn).
+
+        Raises:
+            Busy: one of them has requests waiting, or none is served (the holder is being
+                attached or detached): the conflict passes, so the request is to retry.
+        """
         with self._meta:
             holders = [s for s in self._served.values() if component in s.holdings]
-            if not holders or any(s.slot in self._pins for s in holders):
-                return False
+            pinned = next((s.name for s in holders if s.slot in self._pins), None)
+            if pinned is not None or not holders:
+                raise _waiting(name, component, pinned or "an adapter loading or unloading")
             for s in holders:
                 del self._served[s.name]
                 self._displaced.add(s.name)
@@ -311,7 +322,6 @@ class Pool:
             self.events("evict", s.name)
             self.notify(f"notice: {s.name} detached: {name} needs another version of its "
                         f"component {component}; each is loaded again on its next request")
-        return True
 
     def _evict(self, keep: str | None = None) -> None:
         """Detach adapters (`_victim`) while more than `max_adapters` are attached or they
@@ -328,12 +338,28 @@ class Pool:
     def _victim(self, keep: str | None) -> Served | None:
         """The adapter to detach next, neither `keep` nor pinned: over `max_adapters`, the
         least recently used; over `max_bytes`, one that holds more on its own first, and
-        while that one is kept or pinned, none (the others could go, and it would not fit)."""
+        while such a one is kept or pinned, the least recently used of the others only
+        while they hold more without it (it would not fit with or without them)."""
         idle = [s for s in self._served.values() if s.slot not in self._pins and s.name != keep]
         if self.max_adapters is not None and len(self._served) > self.max_adapters:
             return next(iter(idle), None)
-        if self.max_bytes is None or self.nbytes() <= self.max_bytes:
+        if self.max_bytes is None:
             return None
-        if any(s.nbytes > self.max_bytes for s in self._served.values()):
-            return next((s for s in idle if s.nbytes > self.max_bytes), None)
-        return next(iter(idle), None)
+        too_big = {s.name for s in self._served.values() if s.nbytes > self.max_bytes}
+        if victim := next((s for s in idle if s.name in too_big), None):
+            return victim
+        rest = [s for s in self._served.values() if s.name not in too_big]
+        if _held(rest) <= self.max_bytes:
+            return None
+        return next((s for s in idle if s.name not in too_big), None)
+
+
+def _held(served) -> int:
+    """Memory `served` adapters hold together, a component they share once."""
+    return sum({n: b for s in served for n, b in s.holdings.items()}.values())
+
+
+def _waiting(name: str, component: str, holder: str) -> Busy:
+    """A load to retry: `name` needs another version of `component`, which `holder` holds."""
+    return Busy(f"{name} needs another version of its component {component}, which {holder} "
+                "holds for requests under way")
