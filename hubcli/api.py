@@ -159,11 +159,17 @@ class AdapterHub:
         Raises:
             AdapterError: no such adapter."""
         self._manifest(name)
-        block = self.model.compositions.get(name)
-        own = [block.name if isinstance(block, Fuse) else name]
+        blocks = self.model.compositions
+        return list(dict.fromkeys(blocks[n].name if isinstance(blocks.get(n), Fuse) else n
+                                  for n in (name, *self.requires(name))))
+
+    def requires(self, name: str) -> list[str]:
+        """The components adapter `name` attaches too, at any depth, each once, by the names
+        they are loaded as (empty for a single adapter)."""
+        out: list[str] = []
         for component in self.components.get(name, ()):
-            own += [n for n in self.holds(component) if n not in own]
-        return own
+            out += [n for n in (component, *self.requires(component)) if n not in out]
+        return out
 
     @property
     def adapters(self) -> list[str]:

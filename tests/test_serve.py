@@ -772,6 +772,55 @@ def test_an_idle_adapter_holding_another_version_of_a_component_makes_way(tiny_b
     assert list(pool.listing()) == before and len(before) == 2
 
 
+def test_holders_of_other_versions_are_found_through_fusions_and_all_make_way(tiny_base_dir,
+                                                                              tmp_path):
+    """A holder was looked for among the model's names, where a fusion component is its
+    block's ("Fuse(a, b)"), so a stack over another version of a fusion got a 503 forever;
+    and an adapter needing two components that two idle adapters held other versions of
+    failed its first try (at start-up: hub serve refused to start)."""
+    from factories import FUSION
+
+    a, b = (make_adapter_dir(tmp_path / n, name=n, seed=k) for k, n in enumerate("ab"))
+    for version, seed in (("v1", 3), ("v2", 4)):
+        make_adapter_dir(tmp_path / version / "fab", name="fab", seed=seed, architecture=FUSION,
+                         requires=[requirement(a), requirement(b)])
+        make_adapter_dir(tmp_path / f"on-{version}", name=f"on-{version}", seed=seed + 2,
+                         requires=[requirement(tmp_path / version / "fab")])
+    on1, on2 = (str(tmp_path / f"on-{v}") for v in ("v1", "v2"))
+    pool = Pool(Engine(str(tiny_base_dir), **POLICY))
+    pool.add(on1)
+    pool.add(on2)
+    assert list(pool.listing()) == ["__base__", on2] and pool.evicted() == [on1]
+    for name, (version, seed) in (("x", ("v1", 7)), ("y", ("v1", 8)), ("x", ("v2", 9)),
+                                  ("y", ("v2", 10))):
+        make_adapter_dir(tmp_path / version / name, name=name, seed=seed)
+    for user, version in (("uses-x", "v1"), ("uses-y", "v1")):
+        make_adapter_dir(tmp_path / user, name=user, seed=11,
+                         requires=[requirement(tmp_path / version / user[-1])])
+    make_adapter_dir(tmp_path / "both", name="both", seed=12, requires=[
+        requirement(tmp_path / "v2" / "x"), requirement(tmp_path / "v2" / "y")])
+    names = [str(tmp_path / n) for n in ("uses-x", "uses-y", "both")]
+    pool = Pool.for_adapters(names, base=str(tiny_base_dir), **POLICY)
+    assert list(pool.listing()) == ["__base__", names[2]] and pool.evicted() == names[:2]
+
+
+def test_a_request_does_not_reload_an_adapter_unloaded_since_it_looked(adapters,
+                                                                      tiny_base_dir):
+    """An unload between a request's acquire (not attached) and its load was undone by the
+    load, after the unload had answered 200."""
+    from hubcli.serving.pool import NotServed
+
+    pool = Pool(Engine(str(tiny_base_dir), **POLICY), max_adapters=1)
+    sst, lora, _ = adapters.values()
+    for path in (sst, lora):
+        pool.add(path)
+    assert pool.acquire(sst) is None  # evicted: the request would load it
+    pool.remove(sst)
+    with pytest.raises(NotServed, match=f"no adapter named '{sst}' is served"):
+        pool.fetch(sst, reload=True).result(timeout=60)
+    assert pool.names() == [lora]
+
+
 def test_a_fusion_over_a_stack_and_its_component_detaches_whole(tiny_base_dir, tmp_path):
     """A fusion over (s1 = a stacked on a, a): detaching it removed a with s1, then failed
     on a ("no adapter named 'a' is loaded"), after the removal had succeeded."""

@@ -137,6 +137,11 @@ class Engine:
                           for t in model.named_adapter_tensors(name).values())
                 for name in self.hub.holds(slot)}
 
+    def requires(self, slot: str) -> tuple[str, ...]:
+        """The components the adapter in `slot` attaches too, at any depth, by the names they
+        are attached under (their manifests')."""
+        return tuple(self.hub.requires(slot))
+
     def count_tokens(self, slot: str, texts: list[str]) -> int:
         """Tokens `texts` take in a batch for `slot`, as its pass runs them
         (`AdapterHub.count_tokens`).

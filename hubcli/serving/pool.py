@@ -48,6 +48,7 @@ class Served:
     slot: str
     manifest: dict
     holdings: dict[str, int]  # bytes by what holds them (`Engine.holdings`)
+    components: tuple[str, ...] = ()  # what it attaches too, as each loads (`Engine.requires`)
 
     @property
     def nbytes(self) -> int:
@@ -156,15 +157,9 @@ class Pool:
             raise AlreadyServed(f"{ref} is served already, as {same!r}")
         source = self._sources.get(name, ref)
         folder = resolve_adapter(source, notify=self.notify)
-        try:
-            slot = self.engine.attach(folder)
-        except ComponentNameTaken as err:  # another version's: detach what holds it, if idle
-            self._displace(err.component, name)
-            try:
-                slot = self.engine.attach(folder)
-            except ComponentNameTaken:  # taken again meanwhile (a holder reloaded)
-                raise _waiting(name, err.component, "an adapter loading") from None
-        served = Served(name, slot, self.engine.manifest(slot), self.engine.holdings(slot))
+        slot = self._attach(folder, name)
+        served = Served(name, slot, self.engine.manifest(slot), self.engine.holdings(slot),
+                        self.engine.requires(slot))
         if self.max_bytes is not None and served.nbytes > self.max_bytes:
             self.notify(f"warning: {name} holds {served.nbytes / 2**20:.1f} MB, more than "
                         f"{self.limits()} on its own: it is detached after each request "
@@ -211,15 +206,21 @@ class Pool:
                 del self._pins[slot]
         self._evict()
 
-    def fetch(self, name: str) -> Future:
+    def fetch(self, name: str, *, reload: bool = False) -> Future:
         """A future of `name` being attached: the one load under way for it, or a new one
-        (in its own thread)."""
+        (in its own thread); `reload`: for a request, only while `name` is served (an
+        unload between the request's `acquire` and this would be undone)."""
         key = public_name(self._refs.get(name, name))  # NS/NAME and NS/NAME@V: one load
         with self._meta:
             future = self._loading.get(key)
             if future is not None:
                 return future
-            future = self._loading[key] = Future()
+            future = Future()
+            if reload and not self._loadable(name):
+                future.set_exception(NotServed(f"no adapter named {name!r} is served",
+                                               hint="it was unloaded just now"))
+                return future
+            self._loading[key] = future
         threading.Thread(target=self._load, args=(name, key, future), daemon=True,
                          name=f"hub-serve-load-{key}").start()
         return future
@@ -301,6 +302,24 @@ class Pool:
             with self._meta:
                 del self._loading[key]
 
+    def _attach(self, folder, name: str) -> str:
+        """`engine.attach(folder)`, detaching idle adapters that hold other versions of its
+        components (`_displace`), one at each try.
+
+        Raises:
+            Busy: a component taken again after its holder was detached (a reload), or
+                held for requests under way.
+        """
+        displaced: set[str] = set()
+        while True:
+            try:
+                return self.engine.attach(folder)
+            except ComponentNameTaken as err:
+                if err.component in displaced:  # taken again meanwhile (a holder reloaded)
+                    raise _waiting(name, err.component, "an adapter loading") from None
+                self._displace(err.component, name)
+                displaced.add(err.component)
+
     def _displace(self, component: str, name: str) -> None:
         """Detach the served adapters that hold another version of `component`, which `name`
         needs (each is loaded again on its next request, displacing `name` in turn).
@@ -310,7 +329,7 @@ class Pool:
                 attached or detached): the conflict passes, so the request is to retry.
         """
         with self._meta:
-            holders = [s for s in self._served.values() if component in s.holdings]
+            holders = [s for s in self._served.values() if component in s.components]
             pinned = next((s.name for s in holders if s.slot in self._pins), None)
             if pinned is not None or not holders:
                 raise _waiting(name, component, pinned or "an adapter loading or unloading")

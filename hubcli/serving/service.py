@@ -119,13 +119,14 @@ class Service:
         self.metrics.latency.labels(str(response.status_code)).observe(time.perf_counter() - start)
         return response
 
-    async def load(self, name: str) -> None:
-        """Attach `name` (once, however many ask at once).
+    async def load(self, name: str, *, reload: bool = False) -> None:
+        """Attach `name` (once, however many ask at once); `reload`: for a request, only
+        while it is served (`Pool.fetch`).
 
         Raises:
-            AlreadyServed, and what `Pool.add` raises.
+            AlreadyServed, NotServed (`reload`), and what `Pool.add` raises.
         """
-        await asyncio.wrap_future(self.pool.fetch(name))
+        await asyncio.wrap_future(self.pool.fetch(name, reload=reload))
 
     def render_metrics(self) -> bytes:
         self.metrics.queue_depth.set(self.batcher.depth())
@@ -156,7 +157,7 @@ class Service:
             slot = self.pool.acquire(name)
             if slot is not None:
                 return slot
-            await self.load(name)
+            await self.load(name, reload=True)
         raise Busy(f"{name!r} was evicted again before it could be used")
 
     def _check_size(self, inputs: list[str]) -> None:
