@@ -164,7 +164,7 @@ class AdapterHub:
                                   for n in (name, *self.requires(name))))
 
     def requires(self, name: str) -> list[str]:
-        """The components adapter `name` attaches too, at any depth, each once, by the names
+        """The components adapter `name` attaches as well, at any depth, each once, by the names
         they are loaded as (empty for a single adapter)."""
         out: list[str] = []
         for component in self.components.get(name, ()):

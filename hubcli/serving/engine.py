@@ -138,7 +138,7 @@ class Engine:
                 for name in self.hub.holds(slot)}
 
     def requires(self, slot: str) -> tuple[str, ...]:
-        """The components the adapter in `slot` attaches too, at any depth, by the names they
+        """The components the adapter in `slot` attaches as well, at any depth, by the names they
         are attached under (their manifests')."""
         return tuple(self.hub.requires(slot))
 

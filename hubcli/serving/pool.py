@@ -48,7 +48,7 @@ class Served:
     slot: str
     manifest: dict
     holdings: dict[str, int]  # bytes by what holds them (`Engine.holdings`)
-    components: tuple[str, ...] = ()  # what it attaches too, as each loads (`Engine.requires`)
+    components: tuple[str, ...] = ()  # what it attaches as well, as each loads (`Engine.requires`)
 
     @property
     def nbytes(self) -> int:
@@ -139,8 +139,8 @@ class Pool:
         Raises:
             AlreadyServed (`BASE` too); UsageError (also a blank `ref`); RegistryError,
             SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError from
-            loading (ComponentNameTaken where the adapter holding that name has requests
-            waiting).
+            loading; Busy: another version of a component is held for requests under way
+            (`_attach`).
         """
         from hubcli.remote.refs import resolve_adapter
 
