@@ -48,7 +48,7 @@ class Served:
     slot: str
     manifest: dict
     holdings: dict[str, int]  # bytes by what holds them (`Engine.holdings`)
-    components: tuple[str, ...] = ()  # what it attaches as well, as each loads (`Engine.requires`)
+    components: tuple[str, ...]  # what it attaches as well, as each loads (`Engine.requires`)
 
     @property
     def nbytes(self) -> int:
