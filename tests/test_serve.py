@@ -5,6 +5,7 @@ random BERT, plus `__base__`."""
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -741,7 +742,7 @@ def test_an_idle_adapter_holding_another_version_of_a_component_makes_way(tiny_b
                          requires=[requirement(tmp_path / where / "shared")])
     one, two = (str(tmp_path / f"on-{w}") for w in ("one", "two"))
     said: list[str] = []
-    pool = Pool(Engine(str(tiny_base_dir), **POLICY), notify=said.append)
+    pool = Pool(Engine(str(tiny_base_dir), **POLICY), notify=said.append, yield_s=0.5)
     pool.add(one)
     pool.add(two)
     assert list(pool.listing()) == ["__base__", two] and pool.evicted() == [one]
@@ -770,6 +771,85 @@ def test_an_idle_adapter_holding_another_version_of_a_component_makes_way(tiny_b
     with pytest.raises(ComponentError, match="component shared: is needed in two versions"):
         pool.add(str(tmp_path / "both"))
     assert list(pool.listing()) == before and len(before) == 2
+
+
+def test_an_adapter_in_steady_use_makes_way_in_turn_for_another_version(tiny_base_dir,
+                                                                        tmp_path):
+    """The holder of a component's name with requests always under way kept it for good: the
+    other version's adapter was told to retry on every request, and starved (16 clients on
+    one: the other 0 answers of 12 tries in 15 s). Now the other's load waits: the holder
+    takes no new request meanwhile (they wait their turn), and is detached once its requests
+    are answered. One loaded for requests has a turn first; the wait is bounded."""
+    from hubcli.serving.pool import TURN_S, Turn
+
+    for where, seed in (("one", 1), ("two", 2)):
+        make_adapter_dir(tmp_path / where / "shared", name="shared", seed=seed)
+        make_adapter_dir(tmp_path / f"on-{where}", name=f"on-{where}", seed=seed + 2,
+                         requires=[requirement(tmp_path / where / "shared")])
+    one, two = (str(tmp_path / f"on-{w}") for w in ("one", "two"))
+    pool = Pool(Engine(str(tiny_base_dir), **POLICY), yield_s=60)
+    pool.add(one)
+    busy = pool.acquire(one)  # a request under way
+    waiting = pool.fetch(two)
+    turn = f"^{one} makes way for {two}, which needs another version of its component shared: " \
+           "its turn comes next$"
+    for _ in range(500):  # the load marks one as making way as it starts waiting
+        try:
+            pool.release(pool.acquire(one))
+            time.sleep(0.01)
+        except Turn as err:
+            assert re.match(turn, str(err))
+            break
+    with pytest.raises(Turn, match=turn):
+        pool.acquire(one)
+    assert not waiting.done()
+    pool.release(busy)
+    waiting.result(timeout=60)  # one's request answered: two's turn
+    assert list(pool.listing()) == ["__base__", two] and pool.evicted() == [one]
+    # two was loaded for requests: one, asked for again, waits out two's turn
+    started = time.monotonic()
+    assert pool.acquire(one) is None and pool.fetch(one, reload=True).result(timeout=60)
+    assert time.monotonic() - started >= TURN_S * 0.9
+    assert list(pool.listing()) == ["__base__", one]
+    # the wait is bounded: past it, the load is told to retry, and one takes requests again
+    time.sleep(TURN_S)
+    pool.yield_s = 0.3
+    busy = pool.acquire(one)
+    with pytest.raises(Turn, match=f"{two} needs another version of its component shared, "
+                                   f"which {one} holds for requests under way"):
+        pool.fetch(two).result(timeout=60)
+    pool.release(pool.acquire(one))
+    pool.release(busy)
+
+
+def test_steady_traffic_to_one_version_leaves_the_other_answered(tiny_base_dir, tmp_path):
+    """Under steady traffic to the holder (8 clients), a client of the other version gets
+    answers, and nobody is told to retry (the turns are well within the wait)."""
+    for where, seed in (("one", 1), ("two", 2)):
+        make_adapter_dir(tmp_path / where / "shared", name="shared", seed=seed)
+        make_adapter_dir(tmp_path / f"on-{where}", name=f"on-{where}", seed=seed + 2,
+                         requires=[requirement(tmp_path / where / "shared")])
+    one, two = (str(tmp_path / f"on-{w}") for w in ("one", "two"))
+    pool = Pool(Engine(str(tiny_base_dir), **POLICY), yield_s=30)
+    pool.add(two)
+    pool.add(one)  # two evicted: served on demand
+    statuses: dict[str, list[int]] = {one: [], two: []}
+    stop = threading.Event()
+
+    def client(name: str) -> None:
+        with httpx.Client(timeout=60) as http:
+            while not stop.is_set() and len(statuses[two]) < 5:
+                statuses[name].append(http.post(f"{url}/v1/predict", json={
+                    "adapter": name, "inputs": ["a film"]}).status_code)
+
+    with running(pool, ServeSettings()) as (url, _server), ThreadPoolExecutor(9) as ex:
+        for future in [ex.submit(client, one) for _ in range(8)] + [ex.submit(client, two)]:
+            try:
+                future.result(timeout=60)
+            finally:
+                stop.set()
+    assert len(statuses[two]) == 5 and len(statuses[one]) > 0
+    assert set(statuses[one]) | set(statuses[two]) == {200}
 
 
 def test_holders_of_other_versions_are_found_through_fusions_and_all_make_way(tiny_base_dir,

@@ -7,11 +7,19 @@ A request pins its adapter's slot from `acquire` to `release`, so an adapter is 
 under a request queued for it (the pool may run over `max_adapters` for a moment instead).
 Concurrent first requests for one adapter share one load (`fetch`). Every load goes through
 `Engine.attach`: signature, digests and base hash are checked before any weight is read.
+
+Two composed adapters needing two versions of one component's name take turns: the one
+attached is detached to let the other in once its requests are answered (`_displace`). While
+the other waits (up to `yield_s`, then it is told to retry: `Turn`, HTTP 503) the holder takes
+no new request, so steady traffic to it cannot starve the other; its new requests wait in
+turn (`Service`). An adapter loaded for requests has a turn of at least `TURN_S` before it is
+asked to make way, so two sides in steady use share the time, without a switch per request.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -23,6 +31,14 @@ from hubcli.format.vocab import ADAPTER_REF, BASE
 from hubcli.serving.batcher import Busy
 from hubcli.serving.engine import Engine
 
+# how long an adapter waits for another to make way for its component's name (the other
+# taking no new request meanwhile) before its request is told to retry
+YIELD_S = 5.0
+# the least time an adapter loaded for requests serves before it makes way for another
+TURN_S = 0.5
+# how often a wait for a turn looks again (a turn running out tells no one)
+TURN_POLL_S = 0.02
+
 
 class NotServed(AdapterError):
     """A request names an adapter this server does not hold and may not load."""
@@ -32,6 +48,11 @@ class AlreadyServed(AdapterError):
     """An adapter of that name is attached already."""
 
     hint = "each adapter is named once"
+
+
+class Turn(Busy):
+    """An adapter waits its turn for a component's name that another version's adapter holds
+    for requests under way (HTTP 503 with Retry-After, once the wait is over)."""
 
 
 class InUse(AdapterError):
@@ -79,12 +100,14 @@ class Pool:
 
     def __init__(self, engine: Engine, *, max_adapters: int | None = None,
                  max_bytes: int | None = None, allow_pull: bool = False,
+                 yield_s: float = YIELD_S,
                  notify: Callable[[str], None] = lambda _m: None,
                  events: Callable[[str, str], None] = lambda _k, _n: None) -> None:
         self.engine = engine
         self.max_adapters = max_adapters
         self.max_bytes = max_bytes
         self.allow_pull = allow_pull
+        self.yield_s = yield_s
         self.notify = notify
         self.events = events
         self._served: OrderedDict[str, Served] = OrderedDict()  # least recently used first
@@ -93,7 +116,11 @@ class Pool:
         self._pins: dict[str, int] = {}        # slot -> requests holding it
         self._loading: dict[str, Future] = {}
         self._displaced: set[str] = set()  # detached for another version of a component
+        # name -> (until, who waits, component): it makes way, taking no new request (`_displace`)
+        self._yielding: dict[str, tuple[float, str, str]] = {}
+        self._turns: dict[str, float] = {}  # name -> until: loaded for requests, its turn
         self._meta = threading.Lock()
+        self._unpinned = threading.Condition(self._meta)  # an adapter's last request left
 
     @classmethod
     def for_adapters(cls, refs: list[str], *, base: str | None = None, device: str = "cpu",
@@ -133,14 +160,15 @@ class Pool:
             said.append(f"{self.max_bytes / 2**20:.1f} MB")
         return " and ".join(said) or "no limit"
 
-    def add(self, ref: str) -> Served:
-        """Pull (a registry reference, when not pulled yet), verify and attach `ref`.
+    def add(self, ref: str, *, fresh: bool = False) -> Served:
+        """Pull (a registry reference, when not pulled yet), verify and attach `ref`; `fresh`:
+        loaded for requests, which have a turn of `TURN_S` before it makes way for another.
 
         Raises:
             AlreadyServed (`BASE` too); UsageError (also a blank `ref`); RegistryError,
             SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError from
-            loading; Busy: another version of a component is held for requests under way
-            (`_attach`).
+            loading; Turn: another version of a component is held for requests under way
+            for longer than `yield_s` (`_attach`).
         """
         from hubcli.remote.refs import resolve_adapter
 
@@ -169,6 +197,11 @@ class Pool:
             self._sources[name] = source
             self._refs[ref] = name
             self._displaced.discard(name)
+            self._yielding.pop(name, None)
+            if fresh:
+                self._turns[name] = time.monotonic() + TURN_S
+            else:
+                self._turns.pop(name, None)
         self.events("load", name)
         self._evict(keep=name)
         return served
@@ -178,13 +211,15 @@ class Pool:
         it is not attached but may be loaded (`fetch` it, then acquire again).
 
         Raises:
-            NotServed: not attached and not loadable.
+            NotServed: not attached and not loadable. Turn: it makes way for an adapter
+                needing another version of one of its components (`_displace`).
         """
         if name == BASE:
             return BASE
         with self._meta:
             served = self._served.get(self._refs.get(name, name))
             if served is not None:
+                self._check_turn(served.name)
                 self._served.move_to_end(served.name)
                 self._pins[served.slot] = self._pins.get(served.slot, 0) + 1
         if served is not None:
@@ -204,6 +239,7 @@ class Pool:
             self._pins[slot] -= 1
             if not self._pins[slot]:
                 del self._pins[slot]
+                self._unpinned.notify_all()
         self._evict()
 
     def fetch(self, name: str, *, reload: bool = False) -> Future:
@@ -248,6 +284,8 @@ class Pool:
                 raise InUse(f"{served.name!r} has requests waiting")
             self._served.pop(key, None)
             self._displaced.discard(key)
+            self._yielding.pop(key, None)
+            self._turns.pop(key, None)
             del self._sources[key]  # unloaded on purpose: no reload on demand
             self._refs = {r: n for r, n in self._refs.items() if n != key}
         if served is not None:
@@ -290,12 +328,23 @@ class Pool:
                          and not is_registry_ref(src) and expanded(src).resolve()
                          == here), None)
 
+    def _check_turn(self, name: str) -> None:
+        """Under `_meta`. Raises Turn: `name` makes way for another adapter (`_displace`)."""
+        if name not in self._yielding:
+            return
+        until, waiting, component = self._yielding[name]
+        if time.monotonic() >= until:  # the other gave up waiting
+            del self._yielding[name]
+            return
+        raise Turn(f"{name} makes way for {waiting}, which needs another version of its "
+                   f"component {component}: its turn comes next")
+
     def _loadable(self, name: str) -> bool:
         return public_name(name) in self._sources or (self.allow_pull and is_registry_ref(name))
 
     def _load(self, name: str, key: str, future: Future) -> None:
         try:
-            future.set_result(self.add(name).slot)
+            future.set_result(self.add(name, fresh=True).slot)
         except Exception as err:  # the waiting requests answer with it
             future.set_exception(err)
         finally:
@@ -303,36 +352,46 @@ class Pool:
                 del self._loading[key]
 
     def _attach(self, folder, name: str) -> str:
-        """`engine.attach(folder)`, detaching idle adapters that hold other versions of its
-        components (`_displace`), one at each try.
+        """`engine.attach(folder)`, detaching the adapters that hold other versions of its
+        components (`_displace`) as their requests are answered, for up to `yield_s`.
 
         Raises:
-            Busy: a component taken again after its holder was detached (a reload), or
-                held for requests under way.
+            Turn: a component still held past that.
         """
-        displaced: set[str] = set()
+        deadline = time.monotonic() + self.yield_s
         while True:
             try:
                 return self.engine.attach(folder)
             except ComponentNameTaken as err:
-                if err.component in displaced:  # taken again meanwhile (a holder reloaded)
-                    raise _waiting(name, err.component, "an adapter loading") from None
-                self._displace(err.component, name)
-                displaced.add(err.component)
+                self._displace(err.component, name, deadline)
 
-    def _displace(self, component: str, name: str) -> None:
+    def _displace(self, component: str, name: str, deadline: float) -> None:
         """Detach the served adapters that hold another version of `component`, which `name`
-        needs (each is loaded again on its next request, displacing `name` in turn).
+        needs, once their turns are over and their requests answered, each taking no new
+        request from the end of its turn (each is loaded again on its next request, and
+        displaces `name` in turn). Where none is served, the holder is being attached or
+        detached: wait a moment (the caller tries again).
 
         Raises:
-            Busy: one of them has requests waiting, or none is served (the holder is being
-                attached or detached): the conflict passes, so the request is to retry.
+            Turn: `deadline` passed first.
         """
-        with self._meta:
-            holders = [s for s in self._served.values() if component in s.components]
-            pinned = next((s.name for s in holders if s.slot in self._pins), None)
-            if pinned is not None or not holders:
-                raise _waiting(name, component, pinned or "an adapter loading or unloading")
+        with self._unpinned:
+            while True:
+                holders = [s for s in self._served.values() if component in s.components]
+                now = time.monotonic()
+                in_turn = [s.name for s in holders if self._turns.get(s.name, 0.0) > now]
+                pinned = [s.name for s in holders if s.slot in self._pins]
+                if holders and not in_turn and not pinned:
+                    break
+                left = deadline - now
+                if left <= 0:
+                    raise _waiting(name, component, (in_turn + pinned)[0] if holders
+                                   else "an adapter loading or unloading")
+                self._yielding.update({p: (deadline, name, component) for p in pinned
+                                       if p not in in_turn})
+                self._unpinned.wait(min(left, TURN_POLL_S))
+                if not holders:
+                    return
             for s in holders:
                 del self._served[s.name]
                 self._displaced.add(s.name)
@@ -378,7 +437,7 @@ def _held(served) -> int:
     return sum({n: b for s in served for n, b in s.holdings.items()}.values())
 
 
-def _waiting(name: str, component: str, holder: str) -> Busy:
+def _waiting(name: str, component: str, holder: str) -> Turn:
     """A load to retry: `name` needs another version of `component`, which `holder` holds."""
-    return Busy(f"{name} needs another version of its component {component}, which {holder} "
+    return Turn(f"{name} needs another version of its component {component}, which {holder} "
                 "holds for requests under way")

@@ -20,7 +20,7 @@ from hubcli.errors import HubError, NotFoundError, OptionError, RegistryError
 from hubcli.serving.batcher import Batcher, BatchSettings, Busy
 from hubcli.serving.engine import Job
 from hubcli.serving.metrics import Metrics
-from hubcli.serving.pool import AlreadyServed, InUse, NotServed, Pool
+from hubcli.serving.pool import TURN_POLL_S, AlreadyServed, InUse, NotServed, Pool, Turn
 
 RETRY_AFTER_S = 1
 LOAD_TRIES = 3  # an adapter loaded on demand can be evicted again before its request pins it
@@ -152,13 +152,28 @@ class Service:
         return JSONResponse({"adapter": adapter, "predictions": rows})
 
     async def _acquire(self, name: str) -> str:
-        """Raises NotServed, Busy, or what loading raised."""
-        for _ in range(LOAD_TRIES):
-            slot = self.pool.acquire(name)
+        """The slot of `name`, pinned; loaded on demand, and waiting up to the pool's
+        `yield_s` while it makes way for another version of one of its components.
+
+        Raises:
+            NotServed, Busy, Turn, or what loading raised.
+        """
+        deadline = time.monotonic() + self.pool.yield_s
+        loads = 0
+        while True:
+            try:
+                slot = self.pool.acquire(name)
+            except Turn:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(TURN_POLL_S)
+                continue
             if slot is not None:
                 return slot
+            if loads == LOAD_TRIES:
+                raise Busy(f"{name!r} was evicted again before it could be used")
+            loads += 1
             await self.load(name, reload=True)
-        raise Busy(f"{name!r} was evicted again before it could be used")
 
     def _check_size(self, inputs: list[str]) -> None:
         """Raises TooLarge: more inputs than `max_inputs`, or a text over `max_text_chars`."""
