@@ -127,16 +127,23 @@ def test_fusion_training_leaves_base_and_components_bit_identical(runs, tiny_bas
 def test_a_component_whose_manifest_changed_is_refused_by_name(runs, tmp_path, monkeypatch):
     """Bundling and signing a component after fusing (the README's order) changes its
     manifest (its model card listed, its signer recorded), not what it computes: the fusion
-    refused it. Any other change is refused, naming the component and the pinned digest."""
+    refused it; so does recording an ablation in it (`hub ablate --record`), which broke
+    every fusion over it for good. Any other change is refused, naming the component and
+    the pinned digest."""
     copy = tmp_path / "copy"
     shutil.copytree(runs, copy)
     expected = run("predict", runs / "fusion", "a gripping film", "--json")
     monkeypatch.setenv("HUB_HOME", str(tmp_path / "home"))  # its own key, nothing trained
-    for args in (("keygen",), ("bundle", copy / "sst-b"), ("sign", copy / "sst-b"),
-                 ("bundle", copy / "sst-c")):
+    _, dev = sample_dataset()
+    for args in (("keygen",), ("ablate", "--allow-unsigned", copy / "sst-b", "--data", dev,
+                               "--out", tmp_path / "ablation", "--record"),
+                 ("bundle", copy / "sst-b"), ("sign", copy / "sst-b"),
+                 ("ablate", "--allow-unsigned", copy / "sst-c", "--data", dev,
+                  "--out", tmp_path / "ablation", "--record"), ("bundle", copy / "sst-c")):
         r = run(*args)
         assert r.exit_code == 0, r.output
     assert "signer" in manifest_io.read(copy / "sst-b")
+    assert all("analysis" in manifest_io.read(copy / n) for n in ("sst-b", "sst-c"))
     r = run("predict", "--allow-unsigned", copy / "fusion", "a gripping film", "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout) == json.loads(expected.stdout)

@@ -120,15 +120,17 @@ def _matches(found: VerifiedBundle, requirement: dict[str, Any]) -> bool:
 def before_packaging(manifest: dict[str, Any]) -> set[str]:
     """The SHA-256 digests `manifest`, written as hub writes it, had before it was signed
     (`hub sign` records its `signer`) and, signed or not, before it was bundled (`hub bundle`
-    lists its model card in `files`): neither changes a tensor, so a component bundled and
-    signed after the adapter composed over it was trained (the README's order) is still the
-    one it was trained with. Its files' digests are checked against the new manifest when it
-    is verified."""
+    lists its model card in `files`), each also before an ablation was recorded in it (`hub
+    ablate --record` adds its `analysis`): none of them changes a tensor, so a component
+    bundled, signed or ablated after the adapter composed over it was trained (the README's
+    order) is still the one it was trained with. Its files' digests are checked against the
+    new manifest when it is verified."""
     unsigned = {k: v for k, v in manifest.items() if k != "signer"}
     uncarded = {**unsigned, "files": [f for f in unsigned.get("files", ())
                                       if f.get("path") != README]}
-    return {hashlib.sha256(manifest_io.dumps(m).encode()).hexdigest()
-            for m in (unsigned, uncarded)}
+    forms = [unsigned, uncarded]
+    forms += [{k: v for k, v in m.items() if k != "analysis"} for m in forms]
+    return {hashlib.sha256(manifest_io.dumps(m).encode()).hexdigest() for m in forms}
 
 
 def _checked(found: VerifiedBundle, requirement: dict[str, Any]) -> VerifiedBundle:
@@ -140,7 +142,8 @@ def _checked(found: VerifiedBundle, requirement: dict[str, Any]) -> VerifiedBund
         f"{found.directory} holds {m['name']} {m['version']} with manifest sha256 "
         f"{found.digests[MANIFEST]}, but the adapter requiring it was composed with "
         f"{requirement['manifest_sha256']}", component=label(requirement),
-        hint="it is not the exact adapter the fusion or stack was trained with (bundling and "
-             "signing it since is fine; anything else changed is not): get that one back "
+        hint="it is not the exact adapter the fusion or stack was trained with (bundling, "
+             "signing or recording an ablation in it since is fine; anything else changed is "
+             "not): get that one back "
              "(`hub pull NS/NAME@VERSION`), or train the composed adapter again")
 
