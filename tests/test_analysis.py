@@ -109,13 +109,87 @@ def test_sweep_keeps_the_best_run_and_resumes(tiny_base_dir, tmp_path):
     assert (tmp_path / "sweep.png").exists() and (tmp_path / "sweep.csv").exists()
 
 
-def test_sweep_grid_must_be_positive_numbers(tmp_path):
+@pytest.mark.parametrize("lrs", ["1e-3,nan", "1e-3,inf"])
+def test_sweep_grid_must_be_positive_numbers(tmp_path, lrs):
+    """`inf` was taken, and refused only when its run came, after the others trained."""
     train_tsv, dev_tsv = sample_dataset()
     result = CliRunner().invoke(cli, ["sweep", "--train", str(train_tsv), "--validation",
-                                      str(dev_tsv), "--out", str(tmp_path), "--lr", "1e-3,nan"])
+                                      str(dev_tsv), "--out", str(tmp_path), "--lr", lrs])
     assert result.exit_code == 1
     assert result.stderr.splitlines()[0] == (
-        "error: --lr 1e-3,nan: is not a comma-separated list of positive numbers")
+        f"error: --lr {lrs}: is not a comma-separated list of positive numbers")
+
+
+def _sweep_args(base, out, *more) -> list[str]:
+    train_tsv, dev_tsv = sample_dataset()
+    return ["sweep", "--train", str(train_tsv), "--validation", str(dev_tsv), "--out", str(out),
+            "--base", str(base), "--bottleneck", "2", "--lr", "1e-3", "--epochs", "1",
+            "--max-length", "32", "--quiet", "--json", *map(str, more)]
+
+
+def test_sweep_keeps_runs_only_for_the_same_settings(tiny_base_dir, tmp_path):
+    """Run again on the same --out with other data or options, a sweep kept the runs trained
+    with the first ones and reported their scores as the new sweep's (with another task: a
+    KeyError traceback). Now it refuses, naming each difference; a folder with runs and no
+    record of their settings too. A grid value given twice is one run."""
+    first = CliRunner().invoke(cli, _sweep_args(tiny_base_dir, tmp_path, "--lr", "1e-3,0.001"))
+    assert first.exit_code == 0, first.output
+    assert len(json.loads(first.stdout)["runs"]) == 1
+    tiny = tmp_path.parent / "tiny.tsv"
+    train_tsv, _ = sample_dataset()
+    tiny.write_text("\n".join(train_tsv.read_text().splitlines()[:21]) + "\n")
+    for more, said in ((["--seed", 7], "seed was 0, now 7"),
+                       (["--validation", tiny], "validation was {'name': 'sentiment_dev.tsv'")):
+        again = CliRunner().invoke(cli, _sweep_args(tiny_base_dir, tmp_path, *more))
+        assert again.exit_code == 1
+        line, hint = again.stderr.splitlines()[:2]
+        assert line.startswith(f"error: --out {tmp_path}: holds the runs of a sweep with other "
+                               f"settings: {said}")
+        assert hint == "hint: give another --out, or that sweep's options to go on with it"
+    (tmp_path / "sweep-settings.json").unlink()
+    again = CliRunner().invoke(cli, _sweep_args(tiny_base_dir, tmp_path))
+    assert again.exit_code == 1
+    assert again.stderr.splitlines()[0] == (f"error: --out {tmp_path}: holds runs and no "
+                                            "sweep-settings.json saying what they were "
+                                            "trained with")
+
+
+def test_a_stopped_sweep_resumes_its_run_from_the_checkpoint(tiny_base_dir, tmp_path,
+                                                             monkeypatch):
+    """A run stopped by a signal wrote a checkpoint and said 'run the same command with
+    --resume', an option hub sweep does not have; run again, the sweep trained that run from
+    the start. Now the hint is the sweep's, and the run resumes to the weights it would have
+    had."""
+    import contextlib
+    import signal
+
+    from safetensors.torch import load_file
+
+    from hubcli.local import checkpoint
+
+    whole = CliRunner().invoke(cli, _sweep_args(tiny_base_dir, tmp_path / "whole"))
+    assert whole.exit_code == 0, whole.output
+    real = checkpoint.stop_requests
+
+    @contextlib.contextmanager
+    def sigterm_at_once():  # as if one arrived during the first step
+        yield [signal.SIGTERM]
+
+    monkeypatch.setattr(checkpoint, "stop_requests", sigterm_at_once)
+    stopped = CliRunner().invoke(cli, _sweep_args(tiny_base_dir, tmp_path / "cut"))
+    assert stopped.exit_code == 1
+    assert "training stopped by SIGTERM after step 1 of" in stopped.stderr
+    assert ("hint: run the same hub sweep again: finished runs are kept, and this one resumes "
+            "from its checkpoint") in stopped.stderr
+    monkeypatch.setattr(checkpoint, "stop_requests", real)
+    resumed = CliRunner().invoke(cli, _sweep_args(tiny_base_dir, tmp_path / "cut"))
+    assert resumed.exit_code == 0, resumed.output
+    assert "run 1/1: bottleneck 2, lr 0.001: resuming where it was stopped" in resumed.stderr
+    assert "resumed from" in resumed.stderr
+    weights = [load_file(tmp_path / w / "runs" / "m2-lr0.001" / "adapter.safetensors")
+               for w in ("whole", "cut")]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.allclose(weights[0][k], weights[1][k], atol=1e-6) for k in weights[0])
 
 
 def test_ablate_record_puts_the_result_into_the_manifest_and_the_card(trained, tmp_path):

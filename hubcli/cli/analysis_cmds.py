@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import click
@@ -22,7 +23,7 @@ def _numbers(option: str, value: str, kind: type) -> list:
         out = [kind(v) for v in value.split(",") if v.strip()]
     except ValueError:
         out = []
-    if not out or any(not v > 0 for v in out):  # `not v > 0` also refuses nan
+    if not out or any(not 0 < v < math.inf for v in out):  # also refuses nan
         raise OptionError(option, value, f"is not a comma-separated list of positive "
                           f"{'integers' if kind is int else 'numbers'}",
                           hint=f"e.g. {option} {'8,64,256' if kind is int else '3e-4,1e-3'}")
