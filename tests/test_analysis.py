@@ -212,3 +212,90 @@ def test_ablate_record_puts_the_result_into_the_manifest_and_the_card(trained, t
     card = (folder / "README.md").read_text()
     assert "## Layer ablation" in card and "| layer removed | 0 | 1 |" in card
     assert f"majority class {ablation['majority']:.4f}" in card
+
+
+def test_plot_of_a_run_evaluated_every_n_steps_is_against_the_step(tiny_base_dir, tmp_path):
+    """A run with --eval-every drew every evaluation at its epoch (one vertical line) and
+    plotted the step as a validation metric."""
+    train_tsv, dev_tsv = sample_dataset()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HUB_HOME", str(tmp_path / "home"))
+        train(TrainSettings(train=train_tsv, validation=dev_tsv, out=tmp_path / "a",
+                            base=str(tiny_base_dir), bottleneck=4, max_length=32, max_steps=5,
+                            eval_every=2, quiet=True), log=lambda _m: None)
+    result = CliRunner().invoke(cli, ["plot", str(tmp_path / "a"), "--out", str(tmp_path / "p")])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.reader((tmp_path / "p" / "training.csv").open()))
+    assert rows[0][:3] == ["epoch", "step", "train_loss"] and rows[0].count("step") == 1
+    assert [r[1] for r in rows[1:]] == ["2", "4", "5"]
+
+
+@pytest.mark.parametrize("command", ["plot", "ablate"])
+def test_plots_are_not_written_into_the_adapter_nor_onto_a_file(trained, tmp_path, command):
+    """`--out` inside the adapter folder put files there its signature does not list (every
+    later use of a signed adapter failed); a file as `--out` gave a FileExistsError
+    traceback, after all the ablation's passes."""
+    _, dev = sample_dataset()
+    more = ["--data", str(dev), "--allow-unsigned"] if command == "ablate" else []
+    for out, said, hint in (
+            (trained / "plots", f"is inside the adapter folder {trained}, which takes no extra "
+             "files (its signature and bundle list what it holds)", "name a folder outside it"),
+            (tmp_path / "afile", "is a file, not a folder",
+             "name a folder (it is made if missing)")):
+        if out.name == "afile":
+            out.write_text("mine\n")
+        result = CliRunner().invoke(cli, [command, str(trained), "--out", str(out), *more])
+        assert result.exit_code == 1
+        assert result.stderr.splitlines()[:2] == [f"error: --out {out}: {said}", f"hint: {hint}"]
+    assert not (trained / "plots").exists() and (tmp_path / "afile").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("command", ["plot", "ablate", "sweep"])
+def test_without_matplotlib_the_plots_are_refused_before_any_work(trained, tmp_path,
+                                                                  monkeypatch, command):
+    """Without the [analysis] extra, a sweep trained its whole grid and an ablation ran every
+    pass, then ended in a ModuleNotFoundError traceback, the ablation's scores lost."""
+    import sys
+
+    train_tsv, dev = sample_dataset()
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    args = {"plot": ["plot", str(trained), "--out", str(tmp_path / "p")],
+            "ablate": ["ablate", str(trained), "--data", str(dev), "--out", str(tmp_path / "p"),
+                       "--allow-unsigned"],
+            "sweep": ["sweep", "--train", str(train_tsv), "--validation", str(dev), "--out",
+                      str(tmp_path / "p")]}[command]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[:2] == [
+        "error: the plots need matplotlib, which is not installed",
+        'hint: pip install -e ".[analysis]" (or pip install matplotlib)']
+    assert not (tmp_path / "p").exists()
+
+
+def test_an_ablation_without_adapterdrop_leaves_no_earlier_adapterdrop_plot(trained, tmp_path):
+    """Run again into the same --out without --drop-lowest, an ablation left the earlier run's
+    AdapterDrop plot and CSV beside an ablation.json saying there was none."""
+    _, dev = sample_dataset()
+    out = tmp_path / "a"
+    for more in (["--drop-lowest", "1"], []):
+        result = CliRunner().invoke(cli, ["ablate", str(trained), "--data", str(dev), "--out",
+                                          str(out), "--allow-unsigned", *more])
+        assert result.exit_code == 0, result.output
+    assert json.loads((out / "ablation.json").read_text())["drop"] is None
+    assert sorted(p.name for p in out.iterdir()) == ["ablation.csv", "ablation.json",
+                                                     "ablation.png", "ablation.svg"]
+
+
+def test_the_heatmaps_colour_bar_reaches_its_marks(monkeypatch, tmp_path):
+    """The full adapter's and the majority class's lines were drawn on a colour bar spanning
+    the cells' scores only, so a mark outside them (the majority class, nearly always) was
+    clipped away."""
+    from hubcli.analysis import plots
+    from hubcli.analysis.ablation import Ablation
+
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: figures.append(fig) or [])
+    plots.ablation_heatmap(Ablation("accuracy", 0.95, 0.5, [[0.8, 0.7], [None, 0.85]]),
+                           tmp_path, "t")
+    bar = figures[0].axes[1]
+    assert bar.get_ylim() == pytest.approx((0.5, 0.95))

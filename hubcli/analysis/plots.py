@@ -10,6 +10,21 @@ from typing import Any
 from hubcli.analysis.ablation import Ablation
 
 
+def require_matplotlib() -> None:
+    """Raises UsageError: matplotlib is not installed (checked before any work is done)."""
+    import importlib.util
+
+    from hubcli.errors import UsageError
+
+    try:
+        found = importlib.util.find_spec("matplotlib") is not None
+    except ValueError:  # a module set to None in sys.modules: not importable
+        found = False
+    if not found:
+        raise UsageError("the plots need matplotlib, which is not installed",
+                         hint='pip install -e ".[analysis]" (or pip install matplotlib)')
+
+
 def _pyplot():
     import matplotlib
 
@@ -45,8 +60,12 @@ def ablation_heatmap(a: Ablation, out: Path, title: str) -> list[Path]:
     n = len(a.spans)
     grid = [[float("nan") if v is None else v for v in row] for row in a.spans]
     fig, ax = plt.subplots(figsize=(1.0 + 0.75 * n, 0.8 + 0.65 * n))
-    image = ax.imshow(grid, cmap="viridis", origin="upper")
-    middle = (a.full + min(v for row in a.spans for v in row if v is not None)) / 2
+    values = [v for row in a.spans for v in row if v is not None]
+    # the colour bar spans the marks too: a mark outside the cells' range was clipped away
+    marked = [a.full, *([a.majority] if a.majority is not None else [])]
+    image = ax.imshow(grid, cmap="viridis", origin="upper", vmin=min(values + marked),
+                      vmax=max(values + marked))
+    middle = (a.full + min(values)) / 2
     for i in range(n):
         for j in range(i, n):
             ax.text(j, i, f"{a.spans[i][j]:.2f}", ha="center", va="center", fontsize=8,
@@ -67,6 +86,10 @@ def ablation_heatmap(a: Ablation, out: Path, title: str) -> list[Path]:
     return [*paths, _write_csv(out / "ablation.csv", ["first_layer", "last_layer", a.metric], rows)]
 
 
+DROP_STEM = "adapterdrop"
+DROP_FILES = tuple(f"{DROP_STEM}.{ext}" for ext in ("png", "svg", "csv"))  # `drop_plot`'s
+
+
 def drop_plot(a: Ablation, out: Path, title: str) -> list[Path]:
     """AdapterDrop: the score and the inference speed against the lowest layers skipped."""
     plt = _pyplot()
@@ -82,35 +105,38 @@ def drop_plot(a: Ablation, out: Path, title: str) -> list[Path]:
         left.axhline(a.majority, color="gray", linestyle=":", label="majority class")
         left.legend(loc="lower left")
     left.set_title(title, fontsize=9)
-    paths = _save(fig, out, "adapterdrop")
+    paths = _save(fig, out, DROP_STEM)
     rows = [[d["dropped"], d[a.metric], d["examples_per_s"]] for d in a.drop]
-    return [*paths, _write_csv(out / "adapterdrop.csv",
+    return [*paths, _write_csv(out / f"{DROP_STEM}.csv",
                                ["layers_skipped", a.metric, "examples_per_s"], rows)]
 
 
 def training_curves(manifest: dict, out: Path) -> list[Path]:
-    """Training loss and the validation metrics per epoch, from a manifest's history."""
+    """Training loss and the validation metrics per evaluation, from a manifest's history:
+    against the step where the run evaluated every N steps (`--eval-every`: its rows carry
+    the step), else against the epoch."""
     plt = _pyplot()
     history = manifest.get("metrics", {}).get("validation") or []
     primary = manifest.get("metrics", {}).get("primary")
-    epochs = [row["epoch"] for row in history]
+    axis = "step" if history and all("step" in row for row in history) else "epoch"
+    xs = [row[axis] for row in history]
     fig, left = plt.subplots(figsize=(6, 4))
-    left.plot(epochs, [row["train_loss"] for row in history], "o-", color="tab:red")
-    left.set_xlabel("epoch")
+    left.plot(xs, [row["train_loss"] for row in history], "o-", color="tab:red")
+    left.set_xlabel(axis)
     left.set_ylabel("training loss (mean per example)", color="tab:red")
-    left.set_xticks(epochs)
-    keys = [k for k in history[0] if k not in ("epoch", "train_loss")] if history else []
+    left.set_xticks(xs)
+    keys = [k for k in history[0] if k not in ("epoch", "step", "train_loss")] if history else []
     if keys:
         right = left.twinx()
         for key in keys:
-            right.plot(epochs, [row[key] for row in history], "s--" if key == primary else ":",
+            right.plot(xs, [row[key] for row in history], "s--" if key == primary else ":",
                        label=key + (" (primary)" if key == primary else ""))
         right.set_ylabel("validation metric")
         right.legend(loc="center right")
     left.set_title(f"{manifest.get('name', 'adapter')} {manifest.get('version', '')}: training",
                    fontsize=9)
     paths = _save(fig, out, "training")
-    header = ["epoch", "train_loss", *keys]
+    header = ["epoch", *(["step"] if axis == "step" else []), "train_loss", *keys]
     rows = [[row.get(h) for h in header] for row in history]
     return [*paths, _write_csv(out / "training.csv", header, rows)]
 

@@ -30,6 +30,23 @@ def _numbers(option: str, value: str, kind: type) -> list:
     return out
 
 
+def _output_folder(out: Path, adapter: Path | None = None) -> Path:
+    """`out`, checked before any work: a folder (made if missing), outside `adapter`'s.
+
+    Raises:
+        OptionError: `out` is a file, or the adapter folder or inside it (which takes no
+            extra files: they would fail its signature and bundle checks).
+    """
+    if out.exists() and not out.is_dir():
+        raise OptionError("--out", out, "is a file, not a folder",
+                          hint="name a folder (it is made if missing)")
+    if adapter is not None and adapter.resolve() in (out.resolve(), *out.resolve().parents):
+        raise OptionError("--out", out, f"is inside the adapter folder {adapter}, which takes "
+                          "no extra files (its signature and bundle list what it holds)",
+                          hint="name a folder outside it")
+    return out
+
+
 @click.command("sweep")
 @click.option("--task", type=click.Choice(TASK_CHOICES), default="classification", show_default=True)
 @click.option("--train", "train_path", required=True, type=click.Path(path_type=Path))
@@ -52,11 +69,12 @@ def sweep_cmd(train_path, validation, out, fmt, text_column, text_pair_column, l
               bottlenecks, lrs, as_json, **opts) -> None:
     """Train a grid of adapters (bottleneck x learning rate); keep the best. Resumable: run it
     again after a stop and finished runs are kept."""
-    from hubcli.analysis.plots import sweep_plot
+    from hubcli.analysis.plots import require_matplotlib, sweep_plot
     from hubcli.analysis.sweep import sweep
     from hubcli.local.train import TrainSettings
 
     grid_m, grid_lr = _numbers("--bottleneck", bottlenecks, int), _numbers("--lr", lrs, float)
+    require_matplotlib()
     settings = TrainSettings(train=train_path, validation=validation, out=out, fmt=fmt,
                              columns=columns(text_column, text_pair_column, label_column), **opts)
     result = sweep(settings, grid_m, grid_lr, out, log=notice)
@@ -90,19 +108,25 @@ def ablate_cmd(adapter, data, out, drop_lowest, record, fmt, text_column, text_p
     """Score an adapter with its adapters removed from every span of layers (Houlsby et al.,
     Fig. 6), LayerNorm deltas and head kept."""
     from hubcli.analysis.ablation import ablate
-    from hubcli.analysis.plots import ablation_heatmap, drop_plot
+    from hubcli.analysis.plots import DROP_FILES, ablation_heatmap, drop_plot, require_matplotlib
     from hubcli.fsutil import atomic_write_text
     from hubcli.local.inference import load_predictor
 
+    require_matplotlib()
+    _output_folder(out, adapter)
     predictor = load_predictor(adapter, notify=notice, **attach)
     examples = predictor.task.read(data, fmt=fmt,
                                    columns=columns(text_column, text_pair_column, label_column))
     result = ablate(predictor, examples, drop_lowest=drop_lowest, progress=notice)
+    out.mkdir(parents=True, exist_ok=True)  # the scores first: a plot failing loses none
+    atomic_write_text(out / "ablation.json", json.dumps(result.to_json(), indent=2) + "\n")
     title = f"{adapter.name} on {data.name}: adapters removed from layers i..j"
     files = ablation_heatmap(result, out, title)
     if result.drop is not None:
         files += drop_plot(result, out, f"{adapter.name} on {data.name}: AdapterDrop")
-    atomic_write_text(out / "ablation.json", json.dumps(result.to_json(), indent=2) + "\n")
+    else:  # an earlier run's, which ablation.json no longer speaks for
+        for name in DROP_FILES:
+            (out / name).unlink(missing_ok=True)
     if record:
         _record(adapter, {"data": data.name, **result.to_json()})
     if as_json:
@@ -122,17 +146,20 @@ def ablate_cmd(adapter, data, out, drop_lowest, record, fmt, text_column, text_p
               help="folder for training.png/.svg/.csv [default: ADAPTER-plots beside the "
                    "adapter folder, which takes no extra files]")
 def plot_cmd(adapter, out) -> None:
-    """Training curves of an adapter folder: loss and validation metrics per epoch."""
-    from hubcli.analysis.plots import training_curves
+    """Training curves of an adapter folder: loss and validation metrics per epoch (per step
+    for a run that evaluated every N steps)."""
+    from hubcli.analysis.plots import require_matplotlib, training_curves
     from hubcli.errors import UsageError
     from hubcli.format import manifest as manifest_io
 
+    require_matplotlib()
     manifest = manifest_io.read(adapter)
     if not manifest.get("metrics", {}).get("validation"):
         raise UsageError(f"{adapter} records no training history",
                          hint="train with --validation to get per-epoch curves")
     folder = adapter.resolve()
-    files = training_curves(manifest, out or folder.parent / f"{folder.name}-plots")
+    out = _output_folder(out or folder.parent / f"{folder.name}-plots", adapter)
+    files = training_curves(manifest, out)
     click.echo(f"wrote {files[0]}, {files[1]} and {files[2]}")
 
 
