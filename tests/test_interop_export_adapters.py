@@ -215,3 +215,66 @@ def test_mean_pooling_is_refused_naming_the_field(tmp_path, tiny_base_dir):
                  "--base", tiny_base_dir, "--allow-unsigned", "--allow-base-mismatch")
     assert result.exit_code == 1
     assert result.output.splitlines()[0].startswith("error: head.pooling='mean'")
+
+
+def test_export_and_import_write_over_no_folder_unasked(tmp_path, tiny_base_dir):
+    """Both replaced whatever --out held: a folder of someone's files, or the adapter being
+    exported itself. Now they refuse a folder with files, and with --overwrite replace only
+    one of their own kind."""
+    adapter = make_adapter_dir(tmp_path / "sst", name="sst", head={"pooling": "cls"},
+                               architecture={"layernorm": "frozen"})
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.txt").write_text("years of work\n")
+    common = ("--base", tiny_base_dir, "--allow-unsigned", "--allow-base-mismatch")
+    export = ("export", adapter, "--format", "adapters")
+    for args, said in (
+            ((*export, "--out", mine, *common), "exists already"),
+            ((*export, "--out", mine, "--overwrite", *common),
+             "holds files that are not an adapters-library folder; --overwrite replaces only a "
+             "folder `hub export --format adapters` wrote"),
+            ((*export, "--out", adapter, "--overwrite", *common),
+             "holds files that are not an adapters-library folder; --overwrite replaces only a "
+             "folder `hub export --format adapters` wrote"),
+            (("import", FIXTURES / "houlsby_cls_bin", "--out", mine, "--base", BASE),
+             "exists already"),
+            (("import", FIXTURES / "houlsby_cls_bin", "--out", mine, "--overwrite", "--base",
+              BASE), "holds files that are not a trained adapter; --overwrite replaces only a "
+                     "folder `hub train` wrote")):
+        result = run(*args)
+        assert result.exit_code == 1
+        assert result.stderr.splitlines()[0] == f"error: --out {args[args.index('--out') + 1]}: {said}"
+    assert (mine / "thesis.txt").read_text() == "years of work\n"
+    assert (adapter / "manifest.json").is_file()
+    out = tmp_path / "lib"
+    for flags in ((), ("--overwrite",)):  # an earlier export of its own is replaced
+        result = run(*export, "--out", out, *flags, *common)
+        assert result.exit_code == 0, result.output
+    imported = tmp_path / "imported"
+    for flags in ((), ("--overwrite",)):
+        result = run("import", FIXTURES / "houlsby_cls_bin", "--out", imported, *flags,
+                     "--base", BASE)
+        assert result.exit_code == 0, result.output
+
+
+def test_a_dotted_name_is_exported_as_the_library_can_hold_it(tmp_path, tiny_base_dir):
+    """The library keeps adapters in nn.ModuleDict, which takes no '.' in a key: an export of
+    'sst2.v2' did not load there, and hub import refused it back."""
+    adapter = make_adapter_dir(tmp_path / "dotted", name="sst2.v2", head={"pooling": "cls"},
+                               architecture={"layernorm": "frozen"})
+    out = tmp_path / "lib"
+    result = run("export", adapter, "--format", "adapters", "--out", out, "--base", tiny_base_dir,
+                 "--allow-unsigned", "--allow-base-mismatch")
+    assert result.exit_code == 0, result.output
+    assert ("notice: the adapters library takes no '.' in a name: sst2.v2 is exported as "
+            "sst2_v2") in result.stderr
+    assert json.loads((out / "adapter_config.json").read_text())["name"] == "sst2_v2"
+    back = run("import", out, "--out", tmp_path / "back", "--base", tiny_base_dir)
+    assert back.exit_code == 0, back.output
+    if LIBRARY_PYTHON.exists():  # and the library loads it (CI has its venv)
+        loads = subprocess.run([LIBRARY_PYTHON, "-c", "import sys; from adapters import "
+                                "BertAdapterModel; m = BertAdapterModel.from_pretrained("
+                                "sys.argv[1]); print(m.load_adapter(sys.argv[2], "
+                                "use_safetensors=True))", str(tiny_base_dir), str(out)],
+                               capture_output=True, text=True)
+        assert loads.returncode == 0 and loads.stdout.split()[-1] == "sst2_v2", loads.stderr

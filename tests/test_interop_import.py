@@ -233,3 +233,59 @@ def test_a_source_that_is_neither_is_refused(src, first, tmp_path):
     result = run("import", src, "--out", tmp_path / "x")
     assert result.exit_code != 0
     assert result.output.splitlines()[0] == first
+
+
+def _edited(fixture: str, tmp_path: Path, **config) -> Path:
+    """A copy of `fixture` with top-level `config` entries of its adapter_config.json set (a
+    value None: removed), or, given `lora`, entries of its 'config'."""
+    folder = tmp_path / fixture
+    shutil.copytree(FIXTURES / fixture, folder)
+    doc = json.loads((folder / "adapter_config.json").read_text())
+    target = doc["config"] if config.pop("inner", False) else doc
+    for key, value in config.items():
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = value
+    (folder / "adapter_config.json").write_text(json.dumps(doc))
+    return folder
+
+
+def test_an_adapter_saved_for_another_model_type_is_refused(tmp_path):
+    """Nothing compared the config's model with the base loaded: a RoBERTa adapter imported
+    onto a BERT base, its manifest then pinning the wrong base."""
+    folder = _edited("houlsby_cls_bin", tmp_path, model_type="roberta", model_name="roberta-base")
+    result = run("import", folder, "--out", tmp_path / "out", "--base", BASE)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[:2] == [
+        'error: adapter_config.json: model_type="roberta": it was saved for roberta-base, and '
+        f"the base {BASE} is a bert model",
+        "hint: pass --base with the roberta model it was trained on"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_adapter_imported_onto_another_named_base_is_warned_of(tmp_path, tiny_base_dir):
+    out = tmp_path / "out"
+    result = run("import", FIXTURES / "houlsby_cls_bin", "--out", out, "--base", tiny_base_dir)
+    assert result.exit_code == 0, result.output
+    assert (f"warning: the adapter was saved for base; importing it on {tiny_base_dir}, which "
+            "its manifest pins from now on") in result.stderr
+
+
+def test_a_lora_config_without_its_rank_is_refused_in_one_line(tmp_path):
+    folder = _edited("lora_cls", tmp_path, r=None, inner=True)
+    result = run("import", folder, "--out", tmp_path / "out", "--base", BASE)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == ("error: adapter_config.json: r=null cannot be "
+                                             "reproduced: LoRA needs its rank r and its alpha")
+
+
+def test_a_torn_pickle_is_called_unreadable_not_unsafe(tmp_path):
+    folder = tmp_path / "torn"
+    shutil.copytree(FIXTURES / "houlsby_cls_bin", folder)
+    weights = folder / "pytorch_adapter.bin"
+    weights.write_bytes(weights.read_bytes()[:2000])
+    result = run("import", folder, "--out", tmp_path / "out", "--base", BASE)
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: pytorch_adapter.bin: not a readable PyTorch file (")
+    assert "hint: download or save it again" in result.stderr

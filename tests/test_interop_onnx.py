@@ -132,3 +132,62 @@ def test_onnx_runtime_refuses_the_texts_the_adapter_was_not_trained_on(tiny_base
     assert result.exit_code == 1
     assert "error: input 1 has a second text (--pair, or a TAB in the line), and single was " \
            "trained on single texts" in result.output
+
+
+def test_a_cached_graph_is_refused_on_another_base_as_a_loaded_one_is(adapter, tiny_base_dir,
+                                                                      hub_home):
+    """Exported once with --allow-base-mismatch, the cached graph then ran on the other base
+    without the flag and without a word: the base check was skipped on a cache hit."""
+    from hubcli.api import load_onnx_predictor
+    from hubcli.errors import BaseMismatchError
+
+    notes: list[str] = []
+    load_onnx_predictor(adapter, base=str(tiny_base_dir), **ATTACH)
+    again = load_onnx_predictor(adapter, base=str(tiny_base_dir), notify=notes.append, **ATTACH)
+    assert again is not None and any("--allow-base-mismatch" in n for n in notes)
+    with pytest.raises(BaseMismatchError):
+        load_onnx_predictor(adapter, base=str(tiny_base_dir), allow_unsigned=True)
+
+
+def test_the_onnx_cache_keeps_the_most_recently_used_graphs(tmp_path):
+    """Every adapter, base or manifest change added a graph the size of the base for good."""
+    import os
+
+    from hubcli.interop.onnx_runtime import CACHE_KEEP, _prune
+
+    graphs = []
+    for k in range(CACHE_KEEP + 3):
+        graph = tmp_path / f"{k}.onnx"
+        graph.write_bytes(b"g")
+        os.utime(graph, (k, k))
+        graphs.append(graph)
+    os.utime(graphs[0], (100, 100))  # used again last
+    _prune(tmp_path, keep=graphs[1])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        g.name for g in [graphs[0], graphs[1], *graphs[-(CACHE_KEEP - 2):]])
+
+
+def test_onnx_export_writes_over_nothing_unasked(adapter, tiny_base_dir, tmp_path):
+    """An existing file was replaced silently; a folder as --out gave an IsADirectoryError
+    traceback after the whole trace; a full fine-tune was 'no manifest.json here'."""
+    common = ("--base", tiny_base_dir, "--allow-unsigned", "--allow-base-mismatch")
+    mine = tmp_path / "mine.onnx"
+    mine.write_text("precious\n")
+    for out, said, hint in (
+            (mine, "exists already", "pass --overwrite to replace it, or choose another --out"),
+            (tmp_path, "is a folder", "name the .onnx file to write, e.g. --out sst2.onnx")):
+        result = run("export", adapter, "--format", "onnx", "--out", out, *common)
+        assert result.exit_code == 1
+        assert result.stderr.splitlines()[:2] == [f"error: --out {out}: {said}", f"hint: {hint}"]
+    assert mine.read_text() == "precious\n"
+    result = run("export", adapter, "--format", "onnx", "--out", mine, "--overwrite", *common)
+    assert result.exit_code == 0, result.output
+    assert mine.read_bytes()[:4] != b"prec"
+    finetuned = tmp_path / "ft"
+    finetuned.mkdir()
+    (finetuned / "finetune.json").write_text("{}")
+    for args in (("export", finetuned, "--format", "onnx", "--out", tmp_path / "ft.onnx"),
+                 ("predict", finetuned, "x", "--runtime", "onnx")):
+        result = run(*args, *common)
+        assert result.exit_code == 1
+        assert result.stderr.splitlines()[0] == f"error: {finetuned} is a full fine-tune, not an adapter"

@@ -22,21 +22,26 @@ from hubcli.cli.output import echo_json, notice
 @click.option("--data", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="adapters: labelled dev data (format from its extension, default columns) "
                    "to measure what dropping the deltas changes")
+@click.option("--overwrite", is_flag=True,
+              help="replace an existing --out that an earlier export wrote")
 @attach_options
 @click.option("--json", "as_json", is_flag=True, help="print what was written as JSON")
-def export_cmd(adapter, fmt, out, drop_layernorm_deltas, data, as_json, **attach) -> None:
+def export_cmd(adapter, fmt, out, drop_layernorm_deltas, data, overwrite, as_json,
+               **attach) -> None:
     """Export an adapter folder to another format."""
     if fmt == "onnx":
-        from hubcli.interop.onnx_export import export_onnx
+        from hubcli.interop.onnx_export import check_onnx_out, export_onnx
 
+        check_onnx_out(out, overwrite=overwrite)
         meta = export_onnx(adapter, out, notify=notice, **attach)
         if as_json:
             echo_json({"out": str(out), "format": fmt, **meta})
         else:
             click.echo(f"wrote {out} ({meta['task']}, base {meta['base']['name']})")
         return
-    from hubcli.interop.adapters_export import export_adapters
+    from hubcli.interop.adapters_export import check_library_out, export_adapters
 
+    check_library_out(out, overwrite=overwrite)
     report = export_adapters(adapter, out, drop_layernorm_deltas=drop_layernorm_deltas, data=data,
                              notify=notice, **attach)
     if as_json:
@@ -56,12 +61,16 @@ def export_cmd(adapter, fmt, out, drop_layernorm_deltas, data, as_json, **attach
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="output folder")
 @click.option("--base", help="base model folder or Hub id (default: the config's model_name)")
 @click.option("--name", help="adapter name [default: the one it was saved under]")
+@click.option("--overwrite", is_flag=True,
+              help="replace an existing --out that hub train or hub import wrote")
 @click.option("--json", "as_json", is_flag=True, help="print the manifest as JSON")
-def import_cmd(src, out, base, name, as_json) -> None:
+def import_cmd(src, out, base, name, overwrite, as_json) -> None:
     """Import an adapter saved by the `adapters` library (AdapterHub) as an adapter folder:
     SRC is the folder save_adapter wrote, or hf://NS/NAME[@REVISION] on the Hugging Face Hub."""
     from hubcli.interop.adapters_import import import_adapters
+    from hubcli.local.options import check_out
 
+    check_out(out, overwrite=overwrite)
     manifest = import_adapters(src, out, base=base, name=name, notify=notice)
     if as_json:
         echo_json(manifest)

@@ -42,6 +42,25 @@ class ExportReport:
     without_deltas: float | None = None
 
 
+def check_library_out(out: Path, *, overwrite: bool) -> None:
+    """`out` can take the library's folder: new, empty, or (with `overwrite`) one an earlier
+    export wrote, replaced only once this one is written.
+
+    Raises:
+        OptionError: as `local.options.check_out`.
+    """
+    from hubcli.local.options import check_out
+
+    check_out(out, overwrite=overwrite, markers=(ADAPTER_CONFIG,),
+              what="an adapters-library folder", writer="`hub export --format adapters`")
+
+
+def library_name(name: str) -> str:
+    """`name` as the adapters library can hold it: it keeps adapters and heads in
+    `nn.ModuleDict`, whose keys cannot contain '.'."""
+    return name.replace(".", "_")
+
+
 def export_adapters(adapter_dir: Path, out: Path, *, drop_layernorm_deltas: bool = False,
                     data: Path | None = None, base: str | None = None,
                     allow_base_mismatch: bool = False, allow_unsigned: bool = False,
@@ -74,7 +93,11 @@ def export_adapters(adapter_dir: Path, out: Path, *, drop_layernorm_deltas: bool
     report = ExportReport(Path(out), dropped_layernorm=has_deltas)
     if has_deltas and data is not None:
         _measure(predictor, data, report)
-    _write(Path(out), m, library_head, adapter_cfg, tensors)
+    name = library_name(m["name"])
+    if name != m["name"]:
+        notify(f"notice: the adapters library takes no '.' in a name: {m['name']} is exported "
+               f"as {name}")
+    _write(Path(out), {**m, "name": name}, library_head, adapter_cfg, tensors)
     return report
 
 

@@ -100,6 +100,7 @@ def import_adapters_dir(src: Path, out: Path, *, base: str | None = None, name: 
     src = Path(src)
     doc, head_doc = _read_json(src / ADAPTER_CONFIG), _read_json(src / HEAD_CONFIG)
     loaded = load_base(base or doc.get("model_name"))
+    _check_base(doc, base, loaded.info, notify)
     num_layers = loaded.info.num_layers
     config, scaling = method_config(doc, num_layers)
     task, head = head_config(head_doc)
@@ -126,6 +127,24 @@ def import_adapters_dir(src: Path, out: Path, *, base: str | None = None, name: 
     record_trained(Path(out))  # made here from weights read without a full unpickler
     notify(f"imported {location} ({config.method}, {task}) on base {loaded.info.name}")
     return manifest
+
+
+def _check_base(doc: dict, base: str | None, info, notify: Callable[[str], None]) -> None:
+    """The base `info` (loaded from `base`, else the config's `model_name`) is of the config's
+    model type; another model than it names is warned of: the manifest pins the base loaded.
+
+    Raises:
+        AdapterError: another model type.
+    """
+    saved_for, model_type = doc.get("model_name"), doc.get("model_type")
+    if model_type is not None and model_type != info.model_type:
+        raise AdapterError(f"{ADAPTER_CONFIG}: model_type={json.dumps(model_type)}: it was "
+                           f"saved for {saved_for or 'a model of that type'}, and the base "
+                           f"{info.name} is a {info.model_type} model",
+                           hint=f"pass --base with the {model_type} model it was trained on")
+    if base and saved_for and Path(base.rstrip("/")).name != Path(saved_for).name:
+        notify(f"warning: the adapter was saved for {saved_for}; importing it on {base}, "
+               "which its manifest pins from now on")
 
 
 def method_config(doc: dict, num_layers: int):
@@ -163,6 +182,9 @@ def lora_config(cfg: dict, version: str, layers: tuple[int, ...]):
     matrices = cfg.get("attn_matrices", ["q", "v"])
     if not matrices or any(m not in LORA_MATRICES for m in matrices):
         raise _unsupported("attn_matrices", matrices, "our LoRA adapts q and v only")
+    for key in ("r", "alpha"):
+        if not isinstance(cfg.get(key), (int, float)) or isinstance(cfg.get(key), bool):
+            raise _unsupported(key, cfg.get(key), "LoRA needs its rank r and its alpha")
     if _older(version, (1, 1)) and cfg["r"] != cfg["alpha"]:
         # before 1.1.0 the library scaled LoRA differently (its pull request 770)
         raise _unsupported("version", version, "LoRA saved before 1.1.0 with r != alpha")
@@ -346,10 +368,14 @@ def _restricted_load(path: Path) -> dict:
 
     try:
         state = torch.load(str(path), map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError, ValueError) as e:
+    except pickle.UnpicklingError as e:  # what the restricted loader refuses to build
         raise AdapterError(f"{path.name}: refused: it needs a full unpickler, which could run "
                            f"code ({str(e).splitlines()[0][:120]})",
                            hint="ask its author for safetensors; nothing was unpickled") from None
+    except (RuntimeError, EOFError, AttributeError, ValueError) as e:  # torn or not torch's
+        raise AdapterError(f"{path.name}: not a readable PyTorch file "
+                           f"({str(e).splitlines()[0][:120]})",
+                           hint="download or save it again") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise AdapterError(f"{path.name}: not a plain dict of tensors")
     return state

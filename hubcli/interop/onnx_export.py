@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from hubcli.errors import AdapterError
+from hubcli.errors import AdapterError, OptionError
 from hubcli.format.vocab import DEFAULT_MAX_LENGTH
 
 if TYPE_CHECKING:
@@ -28,6 +28,20 @@ OPSET = 17
 TOKEN_HEADS = ("token_classification", "question_answering")
 
 
+def check_onnx_out(out: Path, *, overwrite: bool) -> None:
+    """`out` can take the graph: a new file, or (with `overwrite`) one to replace.
+
+    Raises:
+        OptionError: `out` is a folder, or a file and no `overwrite`.
+    """
+    if out.is_dir():
+        raise OptionError("--out", out, "is a folder", hint="name the .onnx file to write, "
+                          "e.g. --out sst2.onnx")
+    if out.exists() and not overwrite:
+        raise OptionError("--out", out, "exists already",
+                          hint="pass --overwrite to replace it, or choose another --out")
+
+
 def export_onnx(adapter_dir: Path, out: Path, *, base: str | None = None,
                 allow_base_mismatch: bool = False, allow_unsigned: bool = False,
                 notify: Callable[[str], None] = lambda _m: None) -> dict:
@@ -35,13 +49,26 @@ def export_onnx(adapter_dir: Path, out: Path, *, base: str | None = None,
 
     Raises:
         SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError: as for
-            attaching; AdapterError also when the exported graph fails `onnx.checker`.
+            attaching; AdapterError also for a full fine-tune, and when the exported graph
+            fails `onnx.checker`.
     """
     from hubcli.local.attach import verify_adapter
 
+    refuse_finetune(Path(adapter_dir))
     bundle = verify_adapter(Path(adapter_dir), allow_unsigned=allow_unsigned, notify=notify)
     return export_verified(bundle, out, base=base, allow_base_mismatch=allow_base_mismatch,
                            notify=notify)
+
+
+def refuse_finetune(folder: Path) -> None:
+    """Raises AdapterError: `folder` is a full fine-tune (an ONNX graph is made of a base and
+    an adapter; it has no manifest)."""
+    from hubcli.local.finetune_dir import is_finetune_dir
+
+    if is_finetune_dir(folder):
+        raise AdapterError(f"{folder} is a full fine-tune, not an adapter",
+                           hint="export an adapter folder; a fine-tuned model is a whole "
+                                "transformers model, which torch.onnx exports as it is")
 
 
 def export_verified(bundle: VerifiedBundle, out: Path, *, base: str | None = None,

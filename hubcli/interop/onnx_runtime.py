@@ -3,7 +3,8 @@
 Nothing here imports torch: the task encodes with the base's tokenizer, pads with
 `Task.padded_inputs`, and decodes numpy logits. An adapter folder is exported once and kept
 in HUB_HOME's cache (ONNX_CACHE_DIR), keyed by its verified manifest (which carries the
-weights' digest) and the base asked for; the folder is verified on every run, as for the
+weights' digest) and the base asked for, the `CACHE_KEEP` most recently used kept; the folder
+is verified, and the graph's base checked against the manifest's, on every run, as for the
 PyTorch path.
 """
 
@@ -11,8 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable
 
 from hubcli.errors import AdapterError, ModelError
@@ -20,6 +23,8 @@ from hubcli.interop.onnx_export import INPUTS, METADATA_KEY, TOKEN_HEADS
 from hubcli.local.batching import inference_batches
 from hubcli.local.inference import INFER_BATCH
 from hubcli.settings import ONNX_CACHE_DIR, home_path
+
+CACHE_KEEP = 8  # graphs kept in the cache, most recently used first
 
 
 @dataclass
@@ -99,25 +104,40 @@ def load_onnx_for_adapter(adapter_dir: Path, *, base: str | None = None,
 
     Raises:
         SignatureError, BundleError, ManifestError, BaseMismatchError, AdapterError: as for
-            attaching; ModelError as `load_onnx`.
+            attaching (a cached graph's base is checked as a base loaded would be; a full
+            fine-tune is refused); ModelError as `load_onnx`.
     """
-    from hubcli.local.attach import verify_adapter
+    from hubcli.interop.onnx_export import export_verified, refuse_finetune
+    from hubcli.local.attach import check_base, verify_adapter
 
+    refuse_finetune(Path(adapter_dir))
     bundle = verify_adapter(Path(adapter_dir), allow_unsigned=allow_unsigned, notify=notify)
     manifest_bytes = (Path(adapter_dir) / "manifest.json").read_bytes()
     key = hashlib.sha256(manifest_bytes + f"\0{base or ''}".encode()).hexdigest()[:32]
     cached = home_path(ONNX_CACHE_DIR) / f"{key}.onnx"
     if cached.is_file():
         try:
-            return load_onnx(cached, base=base)
+            predictor = load_onnx(cached, base=base)
         except AdapterError:
             notify(f"warning: {cached} is damaged; exporting again")
-    from hubcli.interop.onnx_export import export_verified
-
+        else:  # the graph holds the base it was exported on: refused on it, as loaded
+            check_base(bundle.manifest, SimpleNamespace(**predictor.meta["base"]),
+                       allow_base_mismatch=allow_base_mismatch, notify=notify)
+            os.utime(cached)  # recently used: kept longest (`_prune`)
+            return predictor
     notify(f"exporting {adapter_dir} to ONNX once (cached in {cached.parent})")
     export_verified(bundle, cached, base=base, allow_base_mismatch=allow_base_mismatch,
                     notify=notify)
+    _prune(cached.parent, keep=cached)
     return load_onnx(cached, base=base)
+
+
+def _prune(cache: Path, keep: Path) -> None:
+    """Remove all but the `CACHE_KEEP` most recently used graphs (each about the base's
+    size), never `keep`."""
+    graphs = sorted(cache.glob("*.onnx"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in [g for g in graphs if g != keep][CACHE_KEEP - 1:]:
+        old.unlink(missing_ok=True)
 
 
 def _onnxruntime():

@@ -61,18 +61,21 @@ def check_schedule(s: TrainSettings) -> None:
                           hint="create the folder, or name a file in one that exists")
 
 
-def check_out(out: Path, *, overwrite: bool) -> None:
+def check_out(out: Path, *, overwrite: bool, markers: tuple[str, ...] | None = None,
+              what: str = "a trained adapter", writer: str = "`hub train`") -> None:
     """`out` can take a trained folder: new, empty, or (with `overwrite`) a trained folder,
-    which is replaced only once training succeeded (`fsutil.staged_dir`).
+    which is replaced only once training succeeded (`fsutil.staged_dir`). Other folders hub
+    writes name their own: a folder holding one of `markers` is `what` `writer` writes.
 
     Raises:
         OptionError: `out` is a file, the current folder or above it, a folder with files
-            (without `overwrite`, or not a trained folder), or in a folder that cannot be
+            (without `overwrite`, or not a folder of its kind), or in a folder that cannot be
             written.
     """
     from hubcli.format.manifest import MANIFEST
     from hubcli.local.finetune_dir import MARKER
 
+    markers = markers or (MANIFEST, MARKER)
     here = Path.cwd()
     if out.exists() and not out.is_dir():
         raise OptionError("--out", out, "is a file, not a folder", hint="choose a folder name")
@@ -83,9 +86,9 @@ def check_out(out: Path, *, overwrite: bool) -> None:
         if not overwrite:
             raise OptionError("--out", out, "exists already",
                               hint="pass --overwrite to replace it, or choose another --out")
-        if not ((out / MANIFEST).is_file() or (out / MARKER).is_file()):
-            raise OptionError("--out", out, "holds files that are not a trained adapter; "
-                              "--overwrite replaces only a folder `hub train` wrote",
+        if not any((out / m).is_file() for m in markers):
+            raise OptionError("--out", out, f"holds files that are not {what}; "
+                              f"--overwrite replaces only a folder {writer} wrote",
                               hint="choose a new or empty folder")
     _check_writable(out)
 
