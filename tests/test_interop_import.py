@@ -39,18 +39,23 @@ def library_logits(fixture: str):
                                      "seq_bn_tag_st", "seq_bn_post_add_cls", "par_bn_cls",
                                      "seq_bn_reg", "houlsby_qa"])
 def test_imported_logits_match_the_adapters_library(fixture, tmp_path):
-    import torch
-
-    from hubcli.local.inference import load_predictor
-
     out = tmp_path / fixture
     result = run("import", FIXTURES / fixture, "--out", out, "--base", BASE)
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == ["adapter.safetensors", "manifest.json"]
     manifest = json.loads((out / "manifest.json").read_text())
-    expected = EXPECTED[fixture]
     assert manifest["source"]["library"] == "adapters"
-    assert manifest["source"]["version"] == expected["adapters_version"]
+    assert manifest["source"]["version"] == EXPECTED[fixture]["adapters_version"]
+    assert_library_logits(out, fixture)
+
+
+def assert_library_logits(out: Path, fixture: str) -> None:
+    """The imported `out` computes the library's stored logits for `fixture`'s batch."""
+    import torch
+
+    from hubcli.local.inference import load_predictor
+
+    expected = EXPECTED[fixture]
     predictor = load_predictor(out)  # recorded as made here: no signature needed
     mask = torch.tensor(expected["attention_mask"]).bool()
     with torch.inference_mode():
@@ -289,3 +294,31 @@ def test_a_torn_pickle_is_called_unreadable_not_unsafe(tmp_path):
     assert result.exit_code == 1
     assert result.stderr.startswith("error: pytorch_adapter.bin: not a readable PyTorch file (")
     assert "hint: download or save it again" in result.stderr
+
+
+def test_a_config_saved_before_versions_is_read_as_the_library_reads_it(tmp_path):
+    """A config without "version" (adapter-transformers 2.x) means the tanh approximation by
+    "gelu" and exact GELU by "gelu_orig", and may name its weights as 2.x did; the library
+    reads it so. Hub took "gelu" for exact GELU, refused "gelu_orig" and the old names."""
+    from safetensors.torch import load_file, save_file
+
+    fixture = "seq_bn_post_add_cls"  # exact GELU, saved by adapters 1.3.0
+    refused = _edited(fixture, tmp_path / "a", version=None)
+    result = run("import", refused, "--out", tmp_path / "refused", "--base", BASE)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == (
+        'error: adapter_config.json: non_linearity="gelu" cannot be reproduced: a config '
+        'without "version" (saved by adapter-transformers 2.x) means gelu_new by it, which our '
+        "adapters do not compute")
+    old = _edited(fixture, tmp_path / "b", version=None)
+    doc = json.loads((old / "adapter_config.json").read_text())
+    doc["config"]["non_linearity"] = "gelu_orig"
+    (old / "adapter_config.json").write_text(json.dumps(doc))
+    weights = load_file(str(old / "adapter.safetensors"))
+    save_file({k.replace(".adapters.", ".attention_text_task_adapters." if "attention" in k
+                         else ".layer_text_task_adapters."): v for k, v in weights.items()},
+              str(old / "adapter.safetensors"))
+    out = tmp_path / "imported"
+    result = run("import", old, "--out", out, "--base", BASE)
+    assert result.exit_code == 0, result.output
+    assert_library_logits(out, fixture)

@@ -37,6 +37,13 @@ FORMS = {("output", "output"): {"is_parallel": False, "original_ln_before": Fals
          ("input", "output"): {"is_parallel": True, "original_ln_before": False,
                                "residual_before_ln": True}}
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu", "tanh": "tanh"}
+# what a config without "version" (adapter-transformers 2.x) means by a non_linearity, as the
+# library reads one (its ACTIVATION_RENAME): there "gelu" was the tanh approximation
+LEGACY_ACTIVATIONS = {"gelu": "gelu_new", "gelu_orig": "gelu"}
+# weight names of older versions, renamed as the library renames them on loading
+LEGACY_NAMES = {"attention_text_task_adapters": "adapters",
+                "attention_text_lang_adapters": "adapters",
+                "layer_text_task_adapters": "adapters", "layer_text_lang_adapters": "adapters"}
 PLACEMENTS = {"attention.output": "attention_output", "output": "ffn_output"}
 ADAPTER_KEY = re.compile(r"encoder\.layer\.(\d+)\.(attention\.output|output)\.adapters\."
                          r"[^.]+\.(adapter_down\.0|adapter_up)\.(weight|bias)$")

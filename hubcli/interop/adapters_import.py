@@ -33,6 +33,7 @@ from typing import Any, Callable
 from hubcli.errors import AdapterError, UsageError
 from hubcli.format.vocab import DEFAULT_MAX_LENGTH
 from hubcli.interop.adapters_format import (ACTIVATIONS, ADAPTER_CONFIG, ADAPTER_KEY,
+                                            LEGACY_ACTIVATIONS, LEGACY_NAMES,
                                             ADAPTER_WEIGHTS, FORMS, HEAD_CONFIG, HEAD_WEIGHTS,
                                             HEADS, LIBRARY, LORA_KEY, LORA_MATRICES,
                                             LORA_REQUIRED, PLACEMENTS, REQUIRED)
@@ -165,7 +166,8 @@ def method_config(doc: dict, num_layers: int):
     if cfg.get("architecture") is not None:
         raise _unsupported("architecture", cfg["architecture"],
                            "only bottleneck adapters and LoRA are imported")
-    return houlsby_config(cfg, int(doc.get("hidden_size", 0)), layers)
+    return houlsby_config(cfg, int(doc.get("hidden_size", 0)), layers,
+                          legacy="version" not in doc)
 
 
 def lora_config(cfg: dict, version: str, layers: tuple[int, ...]):
@@ -192,8 +194,9 @@ def lora_config(cfg: dict, version: str, layers: tuple[int, ...]):
                       placement=tuple(LORA_MATRICES[m] for m in matrices))
 
 
-def houlsby_config(cfg: dict, hidden: int, layers: tuple[int, ...]):
-    """(our HoulsbyConfig, the scaling to fold in) for a bottleneck config.
+def houlsby_config(cfg: dict, hidden: int, layers: tuple[int, ...], legacy: bool = False):
+    """(our HoulsbyConfig, the scaling to fold in) for a bottleneck config; `legacy`: from a
+    config without "version", whose activations the library reads by their old names.
 
     Raises:
         AdapterError: a field our Houlsby method cannot reproduce, named.
@@ -207,9 +210,13 @@ def houlsby_config(cfg: dict, hidden: int, layers: tuple[int, ...]):
     scaling = cfg.get("scaling", 1.0)
     if isinstance(scaling, bool) or not isinstance(scaling, (int, float)):
         raise _unsupported("scaling", scaling, "only a fixed number is folded into the weights")
-    act = str(cfg.get("non_linearity", "relu")).lower()
+    given = str(cfg.get("non_linearity", "relu")).lower()
+    act = LEGACY_ACTIVATIONS.get(given, given) if legacy else given
     if act not in ACTIVATIONS:
-        raise _unsupported("non_linearity", act, f"supported: {', '.join(ACTIVATIONS)}")
+        raise _unsupported("non_linearity", given, f"a config without \"version\" (saved by "
+                           f"adapter-transformers 2.x) means {act} by it, which our adapters "
+                           "do not compute" if act != given else
+                           f"supported: {', '.join(ACTIVATIONS)}")
     placement = tuple(p for p, on in (("attention_output", cfg.get("mh_adapter")),
                                       ("ffn_output", cfg.get("output_adapter"))) if on)
     if not placement:
@@ -295,6 +302,8 @@ def adapter_tensors(raw: dict, scaling: float) -> dict:
     """
     out = {}
     for key, t in raw.items():
+        for old, new in LEGACY_NAMES.items():  # as the library renames them on loading
+            key = key.replace(old, new)
         if m := LORA_KEY.search(key):
             layer, site, matrix = m.groups()
             out[f"adapters.{layer}.{site}.{matrix}.weight"] = t
