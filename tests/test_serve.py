@@ -727,6 +727,15 @@ def test_a_refused_composed_adapter_leaves_nothing_attached(tiny_base_dir, tmp_p
     assert engine.hub.model.infos == {} and engine.hub.model.sources == {}
 
 
+def over_two_versions(tmp_path) -> tuple[str, str]:
+    """Two adapter folders, each requiring its own version of a component named "shared"."""
+    for where, seed in (("one", 1), ("two", 2)):
+        make_adapter_dir(tmp_path / where / "shared", name="shared", seed=seed)
+        make_adapter_dir(tmp_path / f"on-{where}", name=f"on-{where}", seed=seed + 2,
+                         requires=[requirement(tmp_path / where / "shared")])
+    return str(tmp_path / "on-one"), str(tmp_path / "on-two")
+
+
 def test_an_idle_adapter_holding_another_version_of_a_component_makes_way(tiny_base_dir,
                                                                           tmp_path):
     """Two composed adapters over two versions of one component's name cannot be attached at
@@ -736,11 +745,7 @@ def test_an_idle_adapter_holding_another_version_of_a_component_makes_way(tiny_b
     from hubcli.errors import ComponentError
     from hubcli.serving.batcher import Busy
 
-    for where, seed in (("one", 1), ("two", 2)):
-        make_adapter_dir(tmp_path / where / "shared", name="shared", seed=seed)
-        make_adapter_dir(tmp_path / f"on-{where}", name=f"on-{where}", seed=seed + 2,
-                         requires=[requirement(tmp_path / where / "shared")])
-    one, two = (str(tmp_path / f"on-{w}") for w in ("one", "two"))
+    one, two = over_two_versions(tmp_path)
     said: list[str] = []
     pool = Pool(Engine(str(tiny_base_dir), **POLICY), notify=said.append, yield_s=0.5)
     pool.add(one)
@@ -782,11 +787,7 @@ def test_an_adapter_in_steady_use_makes_way_in_turn_for_another_version(tiny_bas
     are answered. One loaded for requests has a turn first; the wait is bounded."""
     from hubcli.serving.pool import TURN_S, Turn
 
-    for where, seed in (("one", 1), ("two", 2)):
-        make_adapter_dir(tmp_path / where / "shared", name="shared", seed=seed)
-        make_adapter_dir(tmp_path / f"on-{where}", name=f"on-{where}", seed=seed + 2,
-                         requires=[requirement(tmp_path / where / "shared")])
-    one, two = (str(tmp_path / f"on-{w}") for w in ("one", "two"))
+    one, two = over_two_versions(tmp_path)
     pool = Pool(Engine(str(tiny_base_dir), **POLICY), yield_s=60)
     pool.add(one)
     busy = pool.acquire(one)  # a request under way
@@ -825,11 +826,7 @@ def test_an_adapter_in_steady_use_makes_way_in_turn_for_another_version(tiny_bas
 def test_steady_traffic_to_one_version_leaves_the_other_answered(tiny_base_dir, tmp_path):
     """Under steady traffic to the holder (8 clients), a client of the other version gets
     answers, and nobody is told to retry (the turns are well within the wait)."""
-    for where, seed in (("one", 1), ("two", 2)):
-        make_adapter_dir(tmp_path / where / "shared", name="shared", seed=seed)
-        make_adapter_dir(tmp_path / f"on-{where}", name=f"on-{where}", seed=seed + 2,
-                         requires=[requirement(tmp_path / where / "shared")])
-    one, two = (str(tmp_path / f"on-{w}") for w in ("one", "two"))
+    one, two = over_two_versions(tmp_path)
     pool = Pool(Engine(str(tiny_base_dir), **POLICY), yield_s=30)
     pool.add(two)
     pool.add(one)  # two evicted: served on demand
