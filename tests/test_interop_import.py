@@ -322,3 +322,13 @@ def test_a_config_saved_before_versions_is_read_as_the_library_reads_it(tmp_path
     result = run("import", old, "--out", out, "--base", BASE)
     assert result.exit_code == 0, result.output
     assert_library_logits(out, fixture)
+
+
+def test_a_name_the_schema_does_not_take_is_made_one_as_hub_train_makes_it(tmp_path):
+    """--name "glue/sst 2" failed after the base had loaded, naming a temporary manifest and
+    hinting to train the adapter again; hub train makes it "glue-sst-2"."""
+    out = tmp_path / "out"
+    result = run("import", FIXTURES / "houlsby_cls_bin", "--out", out, "--base", BASE,
+                 "--name", "glue/sst 2")
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "manifest.json").read_text())["name"] == "glue-sst-2"

@@ -95,7 +95,7 @@ def import_adapters_dir(src: Path, out: Path, *, base: str | None = None, name: 
     """
     from hubcli.base.load import load_base
     from hubcli.core.model import AdapterModel
-    from hubcli.local.adapterdir import framework_versions, now_iso, write_adapter_dir
+    from hubcli.local.adapterdir import framework_versions, now_iso, safe_name, write_adapter_dir
     from hubcli.signing.policy import record_trained
 
     src = Path(src)
@@ -107,7 +107,7 @@ def import_adapters_dir(src: Path, out: Path, *, base: str | None = None, name: 
     task, head = head_config(head_doc)
     tensors = {**adapter_tensors(read_library_weights(src, ADAPTER_WEIGHTS), scaling),
                **head_tensors(read_library_weights(src, HEAD_WEIGHTS), head.type)}
-    name = name or doc.get("name") or src.name
+    name = safe_name(name or doc.get("name") or src.name)
     location = location or src.name
     model = AdapterModel(loaded.encoder)
     model.add_adapter(name, config, head)

@@ -6,6 +6,7 @@ Loading reads only safetensors and JSON; nothing is ever unpickled.
 from __future__ import annotations
 
 import platform
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -67,3 +68,11 @@ def read_adapter_weights(directory: Path, file: str = manifest_io.WEIGHTS) -> di
         raise AdapterError(f"{path}: missing", hint="the adapter directory is incomplete") from None
     except SafetensorError as e:
         raise AdapterError(f"{path}: not a readable safetensors file ({e})") from None
+
+
+def safe_name(name: str) -> str:
+    """`name` as the manifest's schema takes one: runs of other characters than letters,
+    digits, '.', '_' and '-' as one '-', none at either end, at most 96 ("adapter" if
+    nothing is left)."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._") or "adapter"
+    return cleaned[:96]

@@ -320,7 +320,8 @@ class _Run:
 
     def save(self, history, best, steps: int, digests, *, processes: int = 1,
              text_pairs: bool | None = None) -> dict | None:
-        from hubcli.local.adapterdir import framework_versions, now_iso, write_adapter_dir
+        from hubcli.local.adapterdir import (framework_versions, now_iso, safe_name,
+                                             write_adapter_dir)
         from hubcli.local.finetune_dir import write_finetune_dir
 
         s, counts = self.s, self.parameter_counts()
@@ -342,7 +343,7 @@ class _Run:
                                metrics)
             return None
         manifest = {
-            "schema_version": 1, "name": _safe_name(self.name), "version": s.version,
+            "schema_version": 1, "name": safe_name(self.name), "version": s.version,
             **({"description": s.description} if s.description else {}),
             "task": self.task.name, "head": self.head.to_manifest(),
             "base_model": self.base.info.to_manifest(),
@@ -358,11 +359,4 @@ class _Run:
 
         record_trained(Path(s.out))  # so predicting with your own fresh adapter needs no signature
         return manifest
-
-
-def _safe_name(name: str) -> str:
-    import re
-
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._") or "adapter"
-    return cleaned[:96]
 
