@@ -332,3 +332,25 @@ def test_a_name_the_schema_does_not_take_is_made_one_as_hub_train_makes_it(tmp_p
                  "--name", "glue/sst 2")
     assert result.exit_code == 0, result.output
     assert json.loads((out / "manifest.json").read_text())["name"] == "glue-sst-2"
+
+
+def test_an_adapter_for_a_deeper_base_is_refused_naming_the_base(tmp_path, tiny_base_dir):
+    """Onto a base with fewer layers, the refusal was 'adapter weights do not match its
+    manifest' (there is no manifest) with tensor names: it now names the base's shape."""
+    from transformers import BertConfig, BertModel
+
+    shallow = tmp_path / "shallow"
+    config = BertConfig.from_pretrained(BASE)
+    config.num_hidden_layers = 1
+    BertModel(config).save_pretrained(shallow)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (Path(BASE) / name).exists():
+            shutil.copy(Path(BASE) / name, shallow / name)
+    result = run("import", FIXTURES / "houlsby_cls_bin", "--out", tmp_path / "out", "--base",
+                 shallow)
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    line, hint = next(lines[k:k + 2] for k, x in enumerate(lines) if x.startswith("error:"))
+    assert line.startswith(f"error: its weights do not fit the base {shallow} (1 layers, "
+                           f"hidden size {config.hidden_size}): adapter weights do not match")
+    assert hint == "hint: pass --base with the model it was saved for (base)"

@@ -111,7 +111,15 @@ def import_adapters_dir(src: Path, out: Path, *, base: str | None = None, name: 
     location = location or src.name
     model = AdapterModel(loaded.encoder)
     model.add_adapter(name, config, head)
-    model.load_adapter_state(name, tensors)  # checks names and shapes against the base
+    try:
+        model.load_adapter_state(name, tensors)  # checks names and shapes against the base
+    except AdapterError as e:
+        raise AdapterError(f"its weights do not fit the base {loaded.info.name} "
+                           f"({loaded.info.num_layers} layers, hidden size "
+                           f"{loaded.info.hidden_size}): {e}",
+                           hint="pass --base with the model it was saved for"
+                                + (f" ({doc['model_name']})" if doc.get("model_name") else "")
+                           ) from None
     counts = model.parameter_counts(name)
     manifest = {
         "schema_version": 1, "name": name, "version": "0.1.0",
