@@ -408,7 +408,7 @@ def test_predict_a_runs_composed_adapters_beside_their_components(runs, order):
 
 
 def test_a_component_two_composed_adapters_share_is_noticed_once(runs):
-    """Each verified adapter's notice ("... is not signed; using it because you trained it")
+    """Each verified adapter's notice ("... is not signed; using it because you made it")
     was printed again for a component at every composed adapter sharing it."""
     r = run("predict", "-a", runs / "fusion", "-a", runs / "stacked", "-a", runs / "sst-a",
             "dull", "--json")

@@ -42,8 +42,9 @@ def test_self_trained_folder_is_allowed_with_a_notice(tmp_path):
     record_trained(d)
     verdict = check_attach(d)
     assert verdict.status == "self-trained"
-    assert verdict.message == (f"notice: {d} is not signed; using it because you trained it on "
-                               "this machine (sign it with `hub sign` before sharing it)")
+    assert verdict.message == (f"notice: {d} is not signed; using it because you made it on "
+                               "this machine: hub train, fuse or import (sign it with `hub sign` "
+                               "before sharing it)")
     make_bundle(d)  # changes the manifest, and keeps the folder recognised
     assert check_attach(d).status == "self-trained"
 

@@ -188,7 +188,7 @@ def _signer(verdict) -> str:
     if verdict.status == "trusted":
         return signer_label(verdict.signer_name, verdict.key_id)
     if verdict.status == "self-trained":
-        return "nobody you trust, but you trained it on this machine"
+        return "nobody you trust, but you made it on this machine"
     return "nobody you trust: NOT verified (--allow-unsigned)"
 
 

@@ -150,8 +150,9 @@ def _unverified(directory: Path, weights_sha256: str | None, manifest_sha256: st
     what = ("not signed" if isinstance(refusal, NoSignatureError)
             else "signed by a key that is not trusted")
     if is_self_trained(weights_sha256, manifest_sha256):
-        return ("self-trained", f"notice: {directory} is {what}; using it because you trained "
-                "it on this machine (sign it with `hub sign` before sharing it)")
+        return ("self-trained", f"notice: {directory} is {what}; using it because you made "
+                "it on this machine: hub train, fuse or import (sign it with `hub sign` before "
+                "sharing it)")
     if allow_unsigned:
         return ("unsigned-allowed", f"warning: {directory} is {what}; attaching it anyway "
                 "because of --allow-unsigned")
