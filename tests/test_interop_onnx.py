@@ -191,3 +191,16 @@ def test_onnx_export_writes_over_nothing_unasked(adapter, tiny_base_dir, tmp_pat
         result = run(*args, *common)
         assert result.exit_code == 1
         assert result.stderr.splitlines()[0] == f"error: {finetuned} is a full fine-tune, not an adapter"
+
+
+def test_predict_runs_an_exported_graph_file(adapter, tiny_base_dir, tmp_path):
+    """`hub predict sst2.onnx TEXT` was 'no adapter given and none pulled yet': the file the
+    README's export writes could not be predicted with."""
+    out = tmp_path / "x.onnx"
+    common = ("--base", tiny_base_dir, "--allow-unsigned", "--allow-base-mismatch")
+    assert run("export", adapter, "--format", "onnx", "--out", out, *common).exit_code == 0
+    by_file = run("predict", out, *TEXTS, "--json", "--base", tiny_base_dir)
+    assert by_file.exit_code == 0, by_file.output
+    assert f"notice: {out} is an exported graph (base, adapter and head)" in by_file.stderr
+    by_folder = run("predict", adapter, *TEXTS, "--runtime", "onnx", "--json", *common)
+    assert by_file.stdout == by_folder.stdout and len(by_file.stdout.splitlines()) == len(TEXTS)

@@ -321,15 +321,19 @@ def eval_cmd(adapter, data, fmt, text_column, text_pair_column, label_column, as
 def predict_cmd(args, adapters, pair, context, runtime, device, as_json, **attach) -> None:
     """Predict with an adapter: hub predict [ADAPTER] [TEXT...] (texts also from stdin).
 
-    ADAPTER is a local folder or NS/NAME[@VERSION]; without it, the last adapter pulled.
+    ADAPTER is a local folder or NS/NAME[@VERSION]; without it, the last adapter pulled. A
+    graph `hub export --format onnx` wrote (FILE.onnx) runs under onnxruntime.
     """
     from hubcli.cli.inputs import checked_texts, stdin_texts
     from hubcli.local.inference import load_predictor
     from hubcli.remote.refs import resolve_adapter, split_adapter_and_texts
 
+    graph = _exported_graph(args) if not adapters else None
     if adapters:
         _check_adapters_and_texts(adapters, args)  # before any is pulled
         folders, texts = [resolve_adapter(a, notify=notice) for a in adapters], list(args)
+    elif graph is not None:
+        texts, runtime = list(args[1:]), "onnx"
     else:
         adapter, texts = split_adapter_and_texts(list(args), notify=notice)
     texts = checked_texts(texts)
@@ -348,7 +352,13 @@ def predict_cmd(args, adapters, pair, context, runtime, device, as_json, **attac
             raise UsageError(f"--{second[0]} does not apply with --adapter",
                              hint="give TEXT<TAB>SECOND lines instead")
         return _predict_each(folders, texts, device, as_json, attach)
-    if runtime == "onnx":
+    if graph is not None:
+        from hubcli.interop.onnx_runtime import load_onnx
+
+        notice(f"notice: {graph} is an exported graph (base, adapter and head): graphs carry "
+               "no signature, so run only those you made or trust")
+        predictor = load_onnx(graph, base=attach["base"])
+    elif runtime == "onnx":
         from hubcli.api import load_onnx_predictor
 
         predictor = load_onnx_predictor(adapter, notify=notice, **attach)
@@ -362,6 +372,13 @@ def predict_cmd(args, adapters, pair, context, runtime, device, as_json, **attac
             echo_json({"text": echo_text(text), **pred})
     else:
         table(["text", "prediction"], [(t, predictor.task.describe(p)) for t, p in zip(texts, preds)])
+
+
+def _exported_graph(args: tuple[str, ...]) -> Path | None:
+    """The first argument as an ONNX graph file (FILE.onnx, there), else None."""
+    if args and args[0].lower().endswith(".onnx") and expanded(args[0]).is_file():
+        return expanded(args[0])
+    return None
 
 
 def _check_adapters_and_texts(adapters: tuple[str, ...], texts: tuple[str, ...]) -> None:
