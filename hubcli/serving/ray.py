@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse
 
 from hubcli.errors import HubError
 from hubcli.serving.batcher import BatchSettings
-from hubcli.serving.pool import Pool
+from hubcli.serving.pool import Pool, Turn
 from hubcli.serving.service import ServeSettings, Service, refusal, refuse, validation_line
 
 MAX_ADAPTERS_PER_REPLICA = 16
@@ -64,7 +64,10 @@ class AdapterReplica:
             NotServed, and what `Pool.add` raises.
         """
         pool = self.service.pool
-        slot = pool.acquire(name)  # NotServed: neither held nor a registry reference
+        try:
+            slot = pool.acquire(name)  # NotServed: neither held nor a registry reference
+        except Turn:  # attached, making way for another version's: the request waits its turn
+            return name
         if slot is None:
             await self.service.load(name)
         else:
