@@ -278,3 +278,28 @@ def test_a_dotted_name_is_exported_as_the_library_can_hold_it(tmp_path, tiny_bas
                                 "use_safetensors=True))", str(tiny_base_dir), str(out)],
                                capture_output=True, text=True)
         assert loads.returncode == 0 and loads.stdout.split()[-1] == "sst2_v2", loads.stderr
+
+
+def test_options_that_do_nothing_are_not_taken_silently(tmp_path, tiny_base_dir):
+    """--data and --drop-layernorm-deltas did nothing with --format onnx, nor --data without
+    deltas to drop, and said nothing."""
+    from hubcli.data import sample_dataset
+
+    _, dev = sample_dataset()
+    adapter = make_adapter_dir(tmp_path / "sst", name="sst", head={"pooling": "cls"},
+                               architecture={"layernorm": "frozen"})
+    common = ("--base", tiny_base_dir, "--allow-unsigned", "--allow-base-mismatch")
+    for args, said in (
+            (("--format", "onnx", "--out", tmp_path / "x.onnx", "--drop-layernorm-deltas"),
+             "error: --drop-layernorm-deltas applies to --format adapters"),
+            (("--format", "onnx", "--out", tmp_path / "x.onnx", "--data", dev),
+             "error: --data applies to --format adapters"),
+            (("--format", "adapters", "--out", tmp_path / "x", "--data", dev),
+             "error: --data measures what dropping the LayerNorm deltas changes")):
+        result = run("export", adapter, *args, *common)
+        assert result.exit_code == 1
+        assert result.stderr.splitlines()[0] == said
+    result = run("export", adapter, "--format", "adapters", "--out", tmp_path / "x",
+                 "--drop-layernorm-deltas", "--data", dev, *common)
+    assert result.exit_code == 0, result.output
+    assert "notice: sst has no LayerNorm deltas, so --data measures nothing" in result.stderr

@@ -29,6 +29,15 @@ from hubcli.cli.output import echo_json, notice
 def export_cmd(adapter, fmt, out, drop_layernorm_deltas, data, overwrite, as_json,
                **attach) -> None:
     """Export an adapter folder to another format."""
+    from hubcli.errors import UsageError
+
+    for option, given in (("--drop-layernorm-deltas", drop_layernorm_deltas), ("--data", data)):
+        if given and fmt != "adapters":  # the ONNX graph holds the deltas as they are
+            raise UsageError(f"{option} applies to --format adapters",
+                             hint=f"drop {option}: the ONNX graph keeps the LayerNorm deltas")
+    if data is not None and not drop_layernorm_deltas:
+        raise UsageError("--data measures what dropping the LayerNorm deltas changes",
+                         hint="pass --drop-layernorm-deltas with it, or drop --data")
     if fmt == "onnx":
         from hubcli.interop.onnx_export import check_onnx_out, export_onnx
 

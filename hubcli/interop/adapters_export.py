@@ -93,6 +93,8 @@ def export_adapters(adapter_dir: Path, out: Path, *, drop_layernorm_deltas: bool
     report = ExportReport(Path(out), dropped_layernorm=has_deltas)
     if has_deltas and data is not None:
         _measure(predictor, data, report)
+    elif data is not None:
+        notify(f"notice: {m['name']} has no LayerNorm deltas, so --data measures nothing")
     name = library_name(m["name"])
     if name != m["name"]:
         notify(f"notice: the adapters library takes no '.' in a name: {m['name']} is exported "
