@@ -62,6 +62,22 @@ def test_two_gloo_processes_take_the_steps_of_one(still_base, tmp_path):
     assert (training["processes"], training["steps"]) == (2, 12)
 
 
+def test_two_processes_train_a_tagging_adapter_as_one(still_base, tmp_path):
+    """Tagging's loss sums its tokens over a normaliser fixed for a whole batch, and each rank
+    weighted its part again by its share of the rows: under --nproc 2 the loss (logged, and
+    in the manifest) and the gradients were half the one process's."""
+    data = Path(TRAIN).parent
+    args = ["--task", "tagging", "--base", still_base, "--train", data / "ner_sample_train.conll",
+            "--validation", data / "ner_sample_dev.conll", "--max-steps", 4, "--batch-size", 8,
+            "--max-length", 16, "--bottleneck", 4, "--precision", "fp32", "--quiet", "--json"]
+    one = hub_train(*args, "--out", tmp_path / "one")
+    two = hub_train(*args, "--out", tmp_path / "two", "--nproc", 2)
+    assert two["history"][-1]["train_loss"] == pytest.approx(one["history"][-1]["train_loss"],
+                                                           rel=1e-4)
+    a, b = (load_file(str(tmp_path / name / "adapter.safetensors")) for name in ("one", "two"))
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+
+
 def test_ranks_shard_every_batch_alike():
     batch = list(range(7))
     shards = [Group(rank, 2).shard(batch) for rank in (0, 1)]

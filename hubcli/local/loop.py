@@ -202,8 +202,11 @@ class Trainer:
             with precision.autocast(self.s.precision, self.kind):
                 loss = task.loss(run.model(inputs["input_ids"], inputs["attention_mask"],
                                            inputs.get("token_type_ids")), inputs)
-            self.scaler.scale(loss * (len(mine) / examples)).backward()
-            loss_sum += loss.detach().float() * len(mine)
+            # a mean over this rank's rows counts for them; a sum (over the whole batch's
+            # normaliser) is this rank's part of the batch's loss already: the ranks' add up
+            rows = len(batch) if task.loss_sums else len(mine)
+            self.scaler.scale(loss * (rows / examples)).backward()
+            loss_sum += loss.detach().float() * rows
         loss_sum, stop = self._sync(loss_sum, stop)
         self.scaler.step(self.opt)
         self.scaler.update()

@@ -58,6 +58,9 @@ class Task(ABC):
     # Training batches of similar lengths pad less; a task whose examples differ in kind by
     # length (tagging: headlines against sentences) learns worse from such batches.
     bucket_by_length: bool = True
+    # loss() sums over a batch's rows over a normaliser fixed for a whole batch (fit_loss), so
+    # a part of a batch scores its own share as it is; else it is a mean over the rows given
+    loss_sums: bool = False
     # What `hub predict` calls the second text of an input (--pair, --context), if it takes one
     second_input: str | None = None
     # The scheme the head's labels are in (tagging: IOB1), recorded in the manifest's head and
