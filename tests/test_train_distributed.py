@@ -103,8 +103,56 @@ def test_nproc_checks_the_options_before_starting_processes(tmp_path, monkeypatc
     from hubcli.local import launch as launching
     from hubcli.local.train import TrainSettings
 
-    monkeypatch.setattr(launching.subprocess, "call", lambda *a, **k: pytest.fail("started"))
+    monkeypatch.setattr(launching.subprocess, "Popen", lambda *a, **k: pytest.fail("started"))
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "x").write_text("")
     with pytest.raises(OptionError, match="--out .*out: exists already"):
         launching.launch(TrainSettings(train=TRAIN, out=tmp_path / "out"), 2)
+
+
+def test_sigterm_to_hub_train_stops_every_process_with_a_checkpoint(still_base, tmp_path):
+    """SIGTERM to `hub train --nproc 2` (as `timeout`, systemd or a CI cancel send it) left
+    torchrun and both ranks training, and their temp folder behind; Ctrl-C lost the word that
+    a checkpoint was written. Now it is passed on: the ranks stop after their step, rank 0
+    writes the checkpoint and says so, and nothing is left running."""
+    import signal
+    import time
+
+    out, log = tmp_path / "out", tmp_path / "log.jsonl"
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hubcli", "train", *map(str, (
+            "--base", still_base, "--train", TRAIN, "--max-steps", 100000, "--batch-size", 4,
+            "--max-length", 16, "--bottleneck", 4, "--quiet", "--log-every", 1,
+            "--log-json", log, "--out", out, "--nproc", 2))],
+        stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(Path(__file__).parents[1])})
+
+    def left() -> list[int]:  # torchrun and the ranks: their command lines name `temp`
+        pids = []
+        for p in Path("/proc").iterdir():
+            try:
+                if p.name.isdigit() and str(temp) in (p / "cmdline").read_text(errors="replace"):
+                    pids.append(int(p.name))
+            except OSError:  # gone meanwhile
+                pass
+        return pids
+
+    try:
+        deadline = time.monotonic() + 300
+        while not (log.exists() and log.read_text().count("\n") >= 2):  # steps taken
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 1
+        assert "error: training stopped by SIGTERM after step " in stderr
+        assert (tmp_path / "out.ckpt").is_file() and not out.exists()
+        assert list(temp.glob("hub-train-*")) == []  # the settings and result, gone with it
+        time.sleep(1)
+        assert left() == []
+    finally:  # whatever failed, nothing goes on training
+        proc.kill()
+        for pid in left():
+            os.kill(pid, signal.SIGKILL)

@@ -5,15 +5,25 @@ The settings travel to the workers as a pickle in a private temp folder (`python
 hubcli.local.launch SETTINGS RESULT` under torchrun; each worker is one rank, see
 local/distributed.py); rank 0 writes back its TrainResult, or the error that stopped it, which
 is raised here as the same one-line error.
+
+torchrun and its workers run in a session of their own, and SIGINT or SIGTERM reaching this
+process is passed on to torchrun, once per signal, which passes it to every worker: each
+finishes its step, rank 0 writes the checkpoint and says so, and this process waits for them
+all. (In one process group, a terminal's Ctrl-C reached each of them and torchrun again,
+and SIGTERM to this process alone left them all training.)
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -43,7 +53,10 @@ def launch(s: TrainSettings, nproc: int) -> TrainResult:
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                    f"--nproc-per-node={nproc}", "-m", "hubcli.local.launch", str(settings),
                    str(result)]
-        code = subprocess.call(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        torchrun = subprocess.Popen(command, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                    start_new_session=True)
+        with _passed_on(torchrun):
+            code = torchrun.wait()
         if not result.exists():
             raise HubError(f"a training process failed (torchrun exit status {code})",
                            hint="see the messages above; HUB_DEBUG=1 shows tracebacks")
@@ -51,6 +64,23 @@ def launch(s: TrainSettings, nproc: int) -> TrainResult:
     if kind == "error":
         raise HubError(value[0], hint=value[1])
     return value[0]
+
+
+@contextmanager
+def _passed_on(child: subprocess.Popen) -> Iterator[None]:
+    """While inside, SIGINT and SIGTERM are sent on to `child` instead of stopping this
+    process (on the main thread; elsewhere signals cannot be caught, and nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in kept:
+        signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in kept.items():
+            signal.signal(sig, handler)
 
 
 def _worker(settings: Path, result: Path) -> None:
