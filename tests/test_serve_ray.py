@@ -40,11 +40,11 @@ def adapters(tmp_path_factory) -> list[str]:
 
 
 @contextmanager
-def hub_serve_on_ray(adapters: list[str], base: Path, port: int):
+def hub_serve_on_ray(adapters: list[str], base: Path, port: int, *options: str):
     """`hub serve --ray --replicas 2` in a subprocess, until its first answer; SIGTERM after."""
     proc = subprocess.Popen(
         [sys.executable, "-c", "from hubcli.cli.main import main; main()", "serve", "--ray",
-         "--replicas", "2", "--port", str(port),
+         "--replicas", "2", "--port", str(port), *options,
          "--base", str(base), "--allow-unsigned", "--allow-base-mismatch", *adapters],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}/v1/predict"
@@ -87,7 +87,7 @@ def test_hub_serve_ray_two_replicas_answer_as_the_engine_does(adapters, tiny_bas
     slots = {a: engine.attach(Path(a)) for a in adapters}
     expected = {a: engine.run([Job(slots[a], [t], 1) for t in TEXTS]) for a in adapters}
 
-    with hub_serve_on_ray(adapters, tiny_base_dir, free_port()) as url:
+    with hub_serve_on_ray(adapters, tiny_base_dir, free_port(), "--max-inputs", "2") as url:
         # the first answer comes once one replica runs; wait for the second before the load
         ray.init(address="auto", log_to_driver=False)  # the cluster `hub serve --ray` started
         try:
@@ -101,6 +101,13 @@ def test_hub_serve_ray_two_replicas_answer_as_the_engine_does(adapters, tiny_bas
             in_body = client.post(url, json={"adapter": adapters[1], "inputs": [TEXTS[0]]})
             no_name = client.post(url, json={"inputs": ["x"]})
             unknown = client.post(url, json={"inputs": ["x"]}, headers={HEADER: "./nowhere"})
+            # the request limits as without Ray (they were the defaults whatever was given)
+            too_many = client.post(url, json={"inputs": ["a", "b", "c"]},
+                                   headers={HEADER: adapters[0]})
+            root = url.removesuffix("/v1/predict")
+            elsewhere = client.post(f"{root}/anything", json={"inputs": ["x"]},
+                                    headers={HEADER: adapters[0]})  # was a prediction
+            probes = [client.get(f"{root}/{probe}").status_code for probe in ("health", "ready")]
     assert [a.status_code for a in answers] == [200] * len(requests)
     for (adapter, i), answer in zip(requests, answers):
         got = answer.json()["predictions"][0]
@@ -110,4 +117,22 @@ def test_hub_serve_ray_two_replicas_answer_as_the_engine_does(adapters, tiny_bas
     assert (no_name.status_code, no_name.json()["error"]) == (422, "the request names no adapter")
     assert (unknown.status_code, unknown.json()["error"]) == \
         (404, "no adapter named './nowhere' is served")
+    assert (too_many.status_code, too_many.json()["error"]) == \
+        (413, "3 inputs exceed the limit of 2 per request")
+    assert (elsewhere.status_code, elsewhere.json()["error"]) == \
+        (404, "POST /anything: not found")
+    assert probes == [200, 200]
     assert running == 2
+
+
+def test_a_missing_adapter_folder_is_refused_before_ray_starts(tmp_path):
+    """It was a 50-line traceback ending 'Deploying application hub failed', after Ray had
+    started, the cause in a replica's log."""
+    from click.testing import CliRunner
+
+    from hubcli.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["serve", "--ray", str(tmp_path / "nosuch")])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0].startswith(f"error: {tmp_path / 'nosuch'}")
+    assert not ray.is_initialized()

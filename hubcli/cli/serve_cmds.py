@@ -78,8 +78,11 @@ def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, m
                              hint="Ray Serve replicas batch (one pass at a time), evict (16 "
                                   "adapters each) and log on their own; drop the option or "
                                   "serve without --ray")
+        # the request limits as without Ray (its replicas pull registry adapters anyway)
         _serve_on_ray(list(adapters), replicas=replicas, host=host, port=port,
-                      max_wait_ms=max_wait_ms, **attach)
+                      max_wait_ms=max_wait_ms, max_batch_tokens=max_batch_tokens,
+                      queue_size=queue_size, max_inputs=max_inputs,
+                      max_text_chars=max_text_chars, **attach)
         return
     try:
         from hubcli.serving.server import serve
@@ -107,11 +110,17 @@ def serve_cmd(adapters, host, port, max_wait_ms, max_batch_tokens, queue_size, m
           max_adapters=max_adapters, max_bytes=max_bytes, device=device, **attach)
 
 
-def _serve_on_ray(adapters: list[str], **options) -> None:
+def _serve_on_ray(adapters: list[str], *, max_wait_ms: float, max_batch_tokens: int,
+                  queue_size: int, max_inputs: int, max_text_chars: int, **options) -> None:
     """Raises UsageError: the [ray] extra is not installed."""
     try:
         from hubcli.serving.ray import run
     except ImportError as err:
         raise UsageError(f"hub serve --ray needs {err.name}, which is not installed",
                          hint='pip install "adapter-hub[ray]"') from None
-    run(adapters, notify=notice_once(), **options)
+    from hubcli.serving.batcher import BatchSettings
+    from hubcli.serving.service import ServeSettings
+
+    settings = ServeSettings(BatchSettings(max_wait_ms, max_batch_tokens, queue_size),
+                             max_inputs=max_inputs, max_text_chars=max_text_chars)
+    run(adapters, notify=notice_once(), settings=settings, **options)

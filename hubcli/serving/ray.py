@@ -15,11 +15,18 @@ adapter a replica does not hold is pulled from the registry and verified, as `hu
          -d '{"inputs": ["a fine film"]}'
 
 A body in `hub serve`'s own form, {"adapter": NAME, "inputs": [...]}, is answered too, but
-only the header lets Ray send the request to a replica that holds the adapter already.
+only the header lets Ray send the request to a replica that holds the adapter already. A
+replica answers POST /v1/predict, GET /health and GET /ready; anything else is a 404 in the one
+refusal shape (listing, loading and metrics are `hub serve`'s without Ray).
+
+On a cluster of its own (no RAY_ADDRESS), `hub serve --ray` starts Ray and Serve and stops them
+at the end; on RAY_ADDRESS's it deletes its own application only, and Serve's HTTP proxy keeps
+the host and port it was started with, if it was.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from typing import Callable
@@ -49,11 +56,11 @@ class AdapterReplica:
 
     def __init__(self, adapters: list[str] | None = None, base: str | None = None,
                  allow_unsigned: bool = False, allow_base_mismatch: bool = False,
-                 max_wait_ms: float = 5.0) -> None:
+                 settings: ServeSettings | None = None) -> None:
         pool = Pool.for_adapters(list(adapters or []), base=base, allow_unsigned=allow_unsigned,
                                  allow_base_mismatch=allow_base_mismatch, allow_pull=True,
                                  max_adapters=MAX_ADAPTERS_PER_REPLICA)
-        self.service = Service(pool, ServeSettings(BatchSettings(max_wait_ms=max_wait_ms)))
+        self.service = Service(pool, settings or ServeSettings())
         self.service.start()
 
     @serve.multiplexed(max_num_models_per_replica=MAX_ADAPTERS_PER_REPLICA)
@@ -75,6 +82,12 @@ class AdapterReplica:
         return name
 
     async def __call__(self, request: Request) -> JSONResponse:
+        route = (request.method, request.url.path.rstrip("/"))
+        if route in (("GET", "/health"), ("GET", "/ready")):
+            return JSONResponse({"status": "ok" if route[1] == "/health" else "ready"})
+        if route != ("POST", "/v1/predict"):
+            return refusal(404, HubError(f"{request.method} {request.url.path}: not found",
+                                         hint="POST /v1/predict; GET /health, /ready"))
         try:
             body = Inputs.model_validate_json(await request.body())
         except ValidationError as err:
@@ -101,36 +114,92 @@ def build(args: dict[str, str]):
         return str(args.get(key, "")).lower() in ("1", "true", "yes")
 
     adapters = [a for a in str(args.get("adapters", "")).split(",") if a]
+    settings = ServeSettings(BatchSettings(max_wait_ms=float(args.get("max_wait_ms", 5.0))))
     return AdapterReplica.options(num_replicas=int(args.get("replicas", 1))).bind(
         adapters, args.get("base"), flag("allow_unsigned"), flag("allow_base_mismatch"),
-        float(args.get("max_wait_ms", 5.0)))
+        settings)
 
 
 def run(adapters: list[str], *, replicas: int, host: str, port: int,
-        base: str | None = None, allow_unsigned: bool = False,
-        allow_base_mismatch: bool = False, max_wait_ms: float = 5.0,
+        settings: ServeSettings, base: str | None = None, allow_unsigned: bool = False,
+        allow_base_mismatch: bool = False,
         notify: Callable[[str], None] = lambda _m: None) -> None:
     """`hub serve --ray`: `replicas` replicas on the Ray cluster at RAY_ADDRESS (else a local
-    one started here), HTTP on host:port, until SIGINT or SIGTERM; then Serve shuts down,
-    replicas finish what they have queued, and a Ray started here stops."""
+    one started here), HTTP on host:port, until SIGINT or SIGTERM; then the application is
+    deleted (replicas finish what they have queued), and a Ray started here stops.
+
+    Raises:
+        UsageError: an adapter folder that is not there (checked here, before Ray starts).
+        HubError: the cluster cannot be reached, or the application does not deploy.
+    """
     import ray
 
-    ray.init(include_dashboard=False, log_to_driver=False)
+    _check_folders(adapters)
+    stop = threading.Event()  # from the start: a SIGTERM during start-up stops it cleanly
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    shared = bool(os.environ.get("RAY_ADDRESS"))
     try:
-        serve.start(http_options={"host": host, "port": port})
-        app = AdapterReplica.options(num_replicas=replicas).bind(
-            adapters, base, allow_unsigned, allow_base_mismatch, max_wait_ms)
-        serve.run(app, name="hub", route_prefix="/")
-        notify(f"serving on Ray, {replicas} replica(s), on http://{host}:{port}/v1/predict")
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        ray.init(include_dashboard=False, log_to_driver=False)
+    except ConnectionError as err:
+        raise HubError(f"cannot reach the Ray cluster at RAY_ADDRESS={os.environ['RAY_ADDRESS']}"
+                       f": {err}", hint="start it (`ray start --head`), or unset RAY_ADDRESS "
+                                        "for a local Ray") from None
+    try:
+        _deploy(adapters, replicas, host, port, settings, base, allow_unsigned,
+                allow_base_mismatch, shared, notify)
         try:
-            stop.wait()
+            while not stop.wait(0.5):
+                pass
         except KeyboardInterrupt:
             pass
     finally:
-        serve.shutdown()
+        if shared:  # others' applications stay, and the Serve they run on
+            serve.delete("hub")
+        else:
+            serve.shutdown()
         ray.shutdown()
+
+
+def _deploy(adapters: list[str], replicas: int, host: str, port: int, settings: ServeSettings,
+            base: str | None, allow_unsigned: bool, allow_base_mismatch: bool, shared: bool,
+            notify: Callable[[str], None]) -> None:
+    """Start Serve (kept as it is on a shared cluster) and run the application "hub".
+
+    Raises:
+        HubError: the application does not deploy (a replica fails to start).
+    """
+    import ray
+
+    cpus = ray.cluster_resources().get("CPU", 0)
+    if replicas > cpus:
+        notify(f"warning: {replicas} replicas need a CPU each and the cluster has {cpus:g}: "
+               "the others wait until CPUs are free")
+    serve.start(http_options={"host": host, "port": port})
+    app = AdapterReplica.options(num_replicas=replicas).bind(
+        adapters, base, allow_unsigned, allow_base_mismatch, settings)
+    try:
+        serve.run(app, name="hub", route_prefix="/")
+    except RuntimeError as err:
+        raise HubError(f"the Ray Serve application did not deploy: {str(err).splitlines()[0]}",
+                       hint="a replica failed to start: see its log under "
+                            "/tmp/ray/session_latest/logs/serve") from None
+    if shared:  # a Serve running there already keeps its own host and port
+        notify(f"serving on Ray, {replicas} replica(s), at POST /v1/predict on the cluster's "
+               "Serve HTTP proxy (--host and --port apply only where Serve was not running)")
+    else:
+        notify(f"serving on Ray, {replicas} replica(s), on http://{host}:{port}/v1/predict")
+
+
+def _check_folders(adapters: list[str]) -> None:
+    """Raises UsageError (as `resolve_adapter`): a folder among `adapters` that is not there
+    (a registry reference is each replica's to pull)."""
+    from hubcli.format.vocab import BASE
+    from hubcli.remote.refs import resolve_adapter
+    from hubcli.serving.pool import is_registry_ref
+
+    for ref in adapters:
+        if ref != BASE and not is_registry_ref(ref):
+            resolve_adapter(ref, notify=lambda _m: None)
 
 
 app = build({})
