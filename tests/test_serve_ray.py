@@ -136,3 +136,49 @@ def test_a_missing_adapter_folder_is_refused_before_ray_starts(tmp_path):
     assert result.exit_code == 1
     assert result.stderr.splitlines()[0].startswith(f"error: {tmp_path / 'nosuch'}")
     assert not ray.is_initialized()
+
+
+def test_on_a_shared_cluster_only_its_own_application_goes(adapters, tiny_base_dir, tmp_path):
+    """Stopped on RAY_ADDRESS's cluster, hub serve --ray ran serve.shutdown(): every other
+    application there went with it."""
+    import os
+
+    ray_cli = str(Path(sys.executable).with_name("ray"))
+    head, http = free_port(), free_port()
+    env = {**os.environ, "RAY_ADDRESS": "auto"}  # the cluster started here (its node's IP)
+    subprocess.run([ray_cli, "start", "--head", "--port", str(head), "--num-cpus", "2",
+                    "--include-dashboard", "false", "--disable-usage-stats"],
+                   check=True, capture_output=True, timeout=180,
+                   env={k: v for k, v in env.items() if k != "RAY_ADDRESS"})
+    other = tmp_path / "other.py"  # another team's application, on the proxy at `http`
+    other.write_text(
+        "from ray import serve\n"
+        "@serve.deployment\n"
+        "class Other:\n"
+        "    async def __call__(self, request):\n"
+        "        return 'still here'\n"
+        f"serve.start(http_options={{'host': '127.0.0.1', 'port': {http}}})\n"
+        "serve.run(Other.bind(), name='other', route_prefix='/other')\n")
+    try:
+        subprocess.run([sys.executable, str(other)], check=True, capture_output=True,
+                       timeout=240, env=env)
+        assert httpx.get(f"http://127.0.0.1:{http}/other", timeout=30).text == "still here"
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from hubcli.cli.main import main; main()", "serve", "--ray",
+             "--base", str(tiny_base_dir), "--allow-unsigned", "--allow-base-mismatch",
+             adapters[0]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        deadline = time.monotonic() + 240
+        while True:  # the proxy that was there answers for it: Serve keeps its own port
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "hub serve --ray did not answer in 240 s"
+            answer = httpx.post(f"http://127.0.0.1:{http}/v1/predict", timeout=60,
+                                json={"inputs": ["x"]}, headers={HEADER: adapters[0]})
+            if answer.status_code == 200:
+                break
+            time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+        assert "on the cluster's Serve HTTP proxy" in out
+        assert httpx.get(f"http://127.0.0.1:{http}/other", timeout=30).text == "still here"
+    finally:
+        subprocess.run([ray_cli, "stop", "--force"], capture_output=True, timeout=120)

@@ -135,8 +135,7 @@ def run(adapters: list[str], *, replicas: int, host: str, port: int,
     import ray
 
     _check_folders(adapters)
-    stop = threading.Event()  # from the start: a SIGTERM during start-up stops it cleanly
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop = threading.Event()
     shared = bool(os.environ.get("RAY_ADDRESS"))
     try:
         ray.init(include_dashboard=False, log_to_driver=False)
@@ -144,6 +143,9 @@ def run(adapters: list[str], *, replicas: int, host: str, port: int,
         raise HubError(f"cannot reach the Ray cluster at RAY_ADDRESS={os.environ['RAY_ADDRESS']}"
                        f": {err}", hint="start it (`ray start --head`), or unset RAY_ADDRESS "
                                         "for a local Ray") from None
+    # after ray.init, which sets a handler of its own (a stack dump, no clean-up); from here
+    # a SIGTERM during start-up stops it cleanly too
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         _deploy(adapters, replicas, host, port, settings, base, allow_unsigned,
                 allow_base_mismatch, shared, notify)
