@@ -118,13 +118,7 @@ def drive(port: int, names: list[str], clients: int, seconds: float) -> dict:
                 else:
                     errors[0] += 1
 
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+    wall = run_all([threading.Thread(target=client, args=(k,)) for k in range(clients)])
     lat.sort()
 
     def q(p: float) -> float | None:
@@ -133,6 +127,16 @@ def drive(port: int, names: list[str], clients: int, seconds: float) -> dict:
     return {"clients": clients, "seconds": round(wall, 1), "requests": len(lat),
             "requests_per_s": round(len(lat) / wall, 1), "p50_ms": q(0.5), "p90_ms": q(0.9),
             "p99_ms": q(0.99), "errors": errors[0]}
+
+
+def run_all(threads: list[threading.Thread]) -> float:
+    """Start `threads` together and wait for them all; the seconds they took."""
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0
 
 
 def passes(port: int) -> tuple[float, float]:

@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench_serve import free_port, make_adapters, start_server
+from bench_serve import free_port, make_adapters, run_all, start_server
 
 
 def make_pair(work: Path) -> tuple[Path, Path]:
@@ -73,14 +73,8 @@ def drive(port: int, busy: str, other: str, clients: int, seconds: float) -> dic
             if r.status == 503:
                 time.sleep(float(r.getheader("Retry-After", "1")))
 
-    threads = [threading.Thread(target=client, args=("busy", busy)) for _ in range(clients)]
-    threads.append(threading.Thread(target=client, args=("other", other)))
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+    wall = run_all([threading.Thread(target=client, args=("busy", busy)) for _ in range(clients)]
+                   + [threading.Thread(target=client, args=("other", other))])
     return {"clients_busy": clients, "clients_other": 1, "seconds": round(wall, 1),
             **{side: dict(sorted(c.items())) for side, c in counts.items()},
             "answered_per_s": round(sum(c[200] for c in counts.values()) / wall, 1)}
