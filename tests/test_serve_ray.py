@@ -132,10 +132,11 @@ def test_a_missing_adapter_folder_is_refused_before_ray_starts(tmp_path):
 
     from hubcli.cli.main import cli
 
-    result = CliRunner().invoke(cli, ["serve", "--ray", str(tmp_path / "nosuch")])
-    assert result.exit_code == 1
-    assert result.stderr.splitlines()[0].startswith(f"error: {tmp_path / 'nosuch'}")
-    assert not ray.is_initialized()
+    for folder in (tmp_path / "nosuch", tmp_path):  # not there; there, but not an adapter
+        result = CliRunner().invoke(cli, ["serve", "--ray", str(folder)])
+        assert result.exit_code == 1
+        assert result.stderr.splitlines()[0].startswith(f"error: {folder}")
+        assert not ray.is_initialized()
 
 
 def test_on_a_shared_cluster_only_its_own_application_goes(adapters, tiny_base_dir, tmp_path):

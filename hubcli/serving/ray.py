@@ -193,15 +193,16 @@ def _deploy(adapters: list[str], replicas: int, host: str, port: int, settings: 
 
 
 def _check_folders(adapters: list[str]) -> None:
-    """Raises UsageError (as `resolve_adapter`): a folder among `adapters` that is not there
-    (a registry reference is each replica's to pull)."""
+    """Raises UsageError (as `resolve_adapter`), ManifestError: a folder among `adapters` that
+    is not there, or holds no adapter (a registry reference is each replica's to pull)."""
+    from hubcli.format import manifest as manifest_io
     from hubcli.format.vocab import BASE
     from hubcli.remote.refs import resolve_adapter
     from hubcli.serving.pool import is_registry_ref
 
     for ref in adapters:
         if ref != BASE and not is_registry_ref(ref):
-            resolve_adapter(ref, notify=lambda _m: None)
+            manifest_io.read(resolve_adapter(ref, notify=lambda _m: None))
 
 
 app = build({})
