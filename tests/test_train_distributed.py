@@ -110,11 +110,13 @@ def test_nproc_checks_the_options_before_starting_processes(tmp_path, monkeypatc
         launching.launch(TrainSettings(train=TRAIN, out=tmp_path / "out"), 2)
 
 
-def test_sigterm_to_hub_train_stops_every_process_with_a_checkpoint(still_base, tmp_path):
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_a_signal_to_hub_train_stops_every_process(still_base, tmp_path, sig):
     """SIGTERM to `hub train --nproc 2` (as `timeout`, systemd or a CI cancel send it) left
     torchrun and both ranks training, and their temp folder behind; Ctrl-C lost the word that
     a checkpoint was written. Now it is passed on: the ranks stop after their step, rank 0
-    writes the checkpoint and says so, and nothing is left running."""
+    writes the checkpoint and says so, and nothing is left running. SIGHUP (the terminal
+    closed) stops them as it stops one process, at once; it left them training too."""
     import signal
     import time
 
@@ -144,11 +146,15 @@ def test_sigterm_to_hub_train_stops_every_process_with_a_checkpoint(still_base, 
         while not (log.exists() and log.read_text().count("\n") >= 2):  # steps taken
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
             time.sleep(0.2)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(getattr(signal, sig))
         _, stderr = proc.communicate(timeout=120)
         assert proc.returncode == 1
-        assert "error: training stopped by SIGTERM after step " in stderr
-        assert (tmp_path / "out.ckpt").is_file() and not out.exists()
+        if sig == "SIGTERM":
+            assert "error: training stopped by SIGTERM after step " in stderr
+            assert (tmp_path / "out.ckpt").is_file()
+        else:
+            assert "error: a training process failed (torchrun exit status" in stderr
+        assert not out.exists()
         assert list(temp.glob("hub-train-*")) == []  # the settings and result, gone with it
         time.sleep(1)
         assert left() == []

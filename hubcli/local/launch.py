@@ -10,7 +10,9 @@ torchrun and its workers run in a session of their own, and SIGINT or SIGTERM re
 process is passed on to torchrun, once per signal, which passes it to every worker: each
 finishes its step, rank 0 writes the checkpoint and says so, and this process waits for them
 all. (In one process group, a terminal's Ctrl-C reached each of them and torchrun again,
-and SIGTERM to this process alone left them all training.)
+and SIGTERM to this process alone left them all training.) SIGHUP (the terminal closed) and
+SIGQUIT are passed on too, and stop the workers as they stop one process: at once, with no
+checkpoint; outside the terminal's session, nothing else would reach them.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ from hubcli.errors import HubError, OptionError
 from hubcli.local.distributed import from_environment
 from hubcli.local.options import check_settings
 from hubcli.local.train import TrainResult, TrainSettings, train
+
+# What a terminal, a shell or a supervisor sends to stop a run: torchrun and its workers,
+# in a session of their own, get each only from here.
+PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 def launch(s: TrainSettings, nproc: int) -> TrainResult:
@@ -68,12 +74,13 @@ def launch(s: TrainSettings, nproc: int) -> TrainResult:
 
 @contextmanager
 def _passed_on(child: subprocess.Popen) -> Iterator[None]:
-    """While inside, SIGINT and SIGTERM are sent on to `child` instead of stopping this
-    process (on the main thread; elsewhere signals cannot be caught, and nothing changes)."""
+    """While inside, the signals that stop a process (`PASSED_ON`) are sent on to `child`
+    instead of stopping this one (on the main thread; elsewhere signals cannot be caught, and
+    nothing changes)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    kept = {sig: signal.getsignal(sig) for sig in PASSED_ON}
     for sig in kept:
         signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
     try:
