@@ -154,6 +154,35 @@ def test_sweep_keeps_runs_only_for_the_same_settings(tiny_base_dir, tmp_path):
                                             "trained with")
 
 
+def test_sweep_names_bad_data_and_out_in_one_line(tiny_base_dir, tmp_path):
+    """A missing data file, a folder given as data, or a file as --out were tracebacks from
+    hashing the data for the settings record, before training checked anything."""
+    afile = tmp_path / "afile"
+    afile.write_text("hi\n")
+    for more, line in ((["--train", tmp_path / "missing.tsv"],
+                        f"error: {tmp_path / 'missing.tsv'}: file not found"),
+                       (["--validation", tmp_path],
+                        f"error: {tmp_path}: cannot read the file: Is a directory"),
+                       (["--out", afile], f"error: --out {afile}: is a file, not a folder")):
+        result = CliRunner().invoke(cli, _sweep_args(tiny_base_dir, tmp_path / "out", *more))
+        assert result.exit_code == 1
+        assert result.stderr.splitlines()[0] == line
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_a_sweep_that_failed_before_any_run_is_run_again_with_other_settings(
+        tiny_base_dir, tmp_path):
+    """A mistyped column failed the first run, but the settings were recorded: the corrected
+    command was refused as 'a sweep with other settings' until the record was deleted by hand.
+    With no run kept, the record is the new command's."""
+    typo = CliRunner().invoke(cli, _sweep_args(tiny_base_dir, tmp_path, "--text-column", "txt"))
+    assert typo.exit_code == 1 and "column 'txt' not found" in typo.stderr
+    fixed = CliRunner().invoke(cli, _sweep_args(tiny_base_dir, tmp_path))
+    assert fixed.exit_code == 0, fixed.output
+    recorded = json.loads((tmp_path / "sweep-settings.json").read_text())
+    assert recorded["columns"]["text"] is None
+
+
 def test_a_stopped_sweep_resumes_its_run_from_the_checkpoint(tiny_base_dir, tmp_path,
                                                              monkeypatch):
     """A run stopped by a signal wrote a checkpoint and said 'run the same command with

@@ -21,6 +21,7 @@ from hubcli.format import manifest as manifest_io
 from hubcli.fsutil import atomic_write_text, sha256_file, staged_dir
 from hubcli.local import checkpoint
 from hubcli.local.train import TrainSettings, train
+from hubcli.tasks.base import readable
 
 SETTINGS = "sweep-settings.json"
 # TrainSettings that do not change a run's result (or are the grid's, or the run's folder)
@@ -48,7 +49,9 @@ def sweep(settings: TrainSettings, bottlenecks: list[int], lrs: list[float], out
 
     Raises:
         UsageError: no validation data (a sweep compares validation scores).
-        OptionError: `out` holds runs of a sweep with other settings, or unrecorded ones.
+        OptionError: `out` is a file, or holds runs of a sweep with other settings, or
+            unrecorded ones.
+        DataError: a data file is missing or unreadable.
         TrainingStopped: a signal stopped a run (its checkpoint kept: the same sweep resumes).
         whatever `train` raises for a run (finished runs stay).
     """
@@ -93,14 +96,23 @@ def _row(folder: Path, bottleneck: int, lr: float) -> dict:
 
 
 def _check_settings(settings: TrainSettings, out: Path) -> None:
-    """Record what decides the runs in `out`, or check it is what they were trained with.
+    """Record what decides the runs in `out`, or check it is what the runs kept there (finished,
+    or stopped with a checkpoint) were trained with. With none kept, the record is the new
+    settings' whatever it said: a sweep that failed before any run finished (a mistyped
+    column) is simply run again.
 
     Raises:
-        OptionError: `out` records other settings (each difference named), or holds runs
-            and no record of theirs.
+        OptionError: `out` is a file, records other settings than its kept runs' (each
+            difference named), or holds finished runs and no record of theirs.
+        DataError: a data file is missing or unreadable.
     """
+    if out.exists() and not out.is_dir():
+        raise OptionError("--out", out, "is a file, not a folder",
+                          hint="name a folder (it is made if missing)")
     now, record = _decisive(settings), out / SETTINGS
-    if record.is_file():
+    finished = any((out / "runs").glob(f"*/{manifest_io.MANIFEST}"))
+    stopped = any((out / "runs").glob(checkpoint.path_for(Path("*")).name))  # <run>.ckpt
+    if record.is_file() and (finished or stopped):
         before = json.loads(record.read_text(encoding="utf-8"))
         changed = [f"{k} was {before.get(k)!r}, now {now.get(k)!r}"
                    for k in dict.fromkeys([*before, *now]) if before.get(k) != now.get(k)]
@@ -110,7 +122,7 @@ def _check_settings(settings: TrainSettings, out: Path) -> None:
                               hint="give another --out, or that sweep's options to go on "
                                    "with it")
         return
-    if any((out / "runs").glob(f"*/{manifest_io.MANIFEST}")):
+    if finished and not record.is_file():
         raise OptionError("--out", out, f"holds runs and no {SETTINGS} saying what they "
                           "were trained with", hint="give another --out, or remove "
                           f"{out / 'runs'} to train them again")
@@ -120,10 +132,15 @@ def _check_settings(settings: TrainSettings, out: Path) -> None:
 
 def _decisive(settings: TrainSettings) -> dict[str, Any]:
     """The settings that decide a run's result besides its grid point, as JSON: the data
-    files by name and digest."""
+    files by name and digest.
+
+    Raises:
+        DataError: a data file is missing or unreadable.
+    """
     plain = json.loads(json.dumps({k: v for k, v in asdict(settings).items()
                                    if k not in _INCIDENTAL}, default=str))
     for key in ("train", "validation"):
         path = Path(getattr(settings, key))
-        plain[key] = {"name": path.name, "sha256": sha256_file(path)}
+        with readable(path):
+            plain[key] = {"name": path.name, "sha256": sha256_file(path)}
     return plain

@@ -12,6 +12,7 @@ import codecs
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -253,6 +254,21 @@ def bounded_prefix(tokenizer: Any, text: str, tokens: int) -> str:
     return text
 
 
+@contextmanager
+def readable(path: Path) -> Iterator[None]:
+    """Inside, an OSError reading `path` becomes a one-line DataError naming it.
+
+    Raises:
+        DataError: the file is missing, or cannot be read (a folder, no permission).
+    """
+    try:
+        yield
+    except FileNotFoundError:
+        raise DataError("file not found", path=str(path)) from None
+    except OSError as e:
+        raise DataError(f"cannot read the file: {e.strerror}", path=str(path)) from None
+
+
 def read_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(1-based number, line with its ending) of each line of a UTF-8 file, an optional
     byte-order mark dropped, read one line at a time: memory is bounded by the longest line.
@@ -262,12 +278,8 @@ def read_lines(path: Path) -> Iterator[tuple[int, str]]:
         DataError: the file is missing, unreadable, not UTF-8 (names the line), or empty; the
             last only once every line was given.
     """
-    try:
+    with readable(path):
         f = open(path, "rb")
-    except FileNotFoundError:
-        raise DataError("file not found", path=str(path)) from None
-    except OSError as e:
-        raise DataError(f"cannot read the file: {e.strerror}", path=str(path)) from None
     blank = True
     with f:
         for number, raw in enumerate(f, 1):
@@ -290,12 +302,8 @@ def read_text(path: Path) -> str:
     Raises:
         DataError: the file is missing, unreadable, not UTF-8, or empty.
     """
-    try:
+    with readable(path):
         raw = path.read_bytes()
-    except FileNotFoundError:
-        raise DataError("file not found", path=str(path)) from None
-    except OSError as e:
-        raise DataError(f"cannot read the file: {e.strerror}", path=str(path)) from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
