@@ -4,6 +4,7 @@ without the [ray] extra."""
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -125,6 +126,30 @@ def test_hub_serve_ray_two_replicas_answer_as_the_engine_does(adapters, tiny_bas
     assert running == 2
 
 
+def test_a_replica_answers_below_its_route_prefix():
+    """Ray's proxy keeps the route prefix in the path (`serve run --route-prefix /hub`, or
+    several applications in one `serve run`): every request there was a 404."""
+    import asyncio
+
+    from starlette.requests import Request
+
+    from hubcli.serving.ray import AdapterReplica
+
+    replica = object.__new__(AdapterReplica.func_or_class)  # the probes need no pool
+
+    def get(path: str, prefix: str):
+        return asyncio.run(replica(Request({
+            "type": "http", "method": "GET", "path": path, "root_path": prefix,
+            "headers": [], "query_string": b""})))
+
+    assert [get(path, "/hub").status_code for path in ("/hub/health", "/hub/ready/")] == \
+        [200, 200]
+    assert get("/health", "").status_code == 200
+    missing = get("/hubby/health", "/hub")  # not below the prefix
+    assert (missing.status_code, json.loads(missing.body)["error"]) == \
+        (404, "GET /hubby/health: not found")
+
+
 def test_a_missing_adapter_folder_is_refused_before_ray_starts(tmp_path):
     """It was a 50-line traceback ending 'Deploying application hub failed', after Ray had
     started, the cause in a replica's log."""
@@ -141,7 +166,8 @@ def test_a_missing_adapter_folder_is_refused_before_ray_starts(tmp_path):
 
 def test_on_a_shared_cluster_only_its_own_application_goes(adapters, tiny_base_dir, tmp_path):
     """Stopped on RAY_ADDRESS's cluster, hub serve --ray ran serve.shutdown(): every other
-    application there went with it."""
+    application there went with it; so it did on a `ray start` cluster that Ray joined
+    without RAY_ADDRESS."""
     import os
 
     ray_cli = str(Path(sys.executable).with_name("ray"))
@@ -164,22 +190,34 @@ def test_on_a_shared_cluster_only_its_own_application_goes(adapters, tiny_base_d
         subprocess.run([sys.executable, str(other)], check=True, capture_output=True,
                        timeout=240, env=env)
         assert httpx.get(f"http://127.0.0.1:{http}/other", timeout=30).text == "still here"
-        proc = subprocess.Popen(
-            [sys.executable, "-c", "from hubcli.cli.main import main; main()", "serve", "--ray",
-             "--base", str(tiny_base_dir), "--allow-unsigned", "--allow-base-mismatch",
-             adapters[0]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        deadline = time.monotonic() + 240
-        while True:  # the proxy that was there answers for it: Serve keeps its own port
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "hub serve --ray did not answer in 240 s"
-            answer = httpx.post(f"http://127.0.0.1:{http}/v1/predict", timeout=60,
-                                json={"inputs": ["x"]}, headers={HEADER: adapters[0]})
-            if answer.status_code == 200:
-                break
-            time.sleep(1)
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=120)
-        assert "on the cluster's Serve HTTP proxy" in out
-        assert httpx.get(f"http://127.0.0.1:{http}/other", timeout=30).text == "still here"
+        # on RAY_ADDRESS's cluster, the proxy that was there answers for it (Serve keeps its
+        # own port); without RAY_ADDRESS, on a Ray of its own at --port, though Ray itself
+        # would join the `ray start` cluster (and hub's stop then shut its Serve down)
+        own = free_port()
+        for environment, port, said in (
+                (env, http, "on the cluster's Serve HTTP proxy"),
+                ({k: v for k, v in env.items() if k != "RAY_ADDRESS"}, own,
+                 f"on http://127.0.0.1:{own}/v1/predict")):
+            proc = subprocess.Popen(
+                [sys.executable, "-c", "from hubcli.cli.main import main; main()", "serve",
+                 "--ray", "--port", str(own), "--base", str(tiny_base_dir), "--allow-unsigned",
+                 "--allow-base-mismatch", adapters[0]],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment)
+            deadline = time.monotonic() + 240
+            while True:
+                assert proc.poll() is None, proc.stdout.read()
+                assert time.monotonic() < deadline, "hub serve --ray did not answer in 240 s"
+                try:
+                    answer = httpx.post(f"http://127.0.0.1:{port}/v1/predict", timeout=60,
+                                        json={"inputs": ["x"]}, headers={HEADER: adapters[0]})
+                    if answer.status_code == 200:
+                        break
+                except httpx.TransportError:  # its own proxy, not up yet
+                    pass
+                time.sleep(1)
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=120)
+            assert said in out
+            assert httpx.get(f"http://127.0.0.1:{http}/other", timeout=30).text == "still here"
     finally:
         subprocess.run([ray_cli, "stop", "--force"], capture_output=True, timeout=120)

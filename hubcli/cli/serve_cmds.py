@@ -49,8 +49,9 @@ POSITIVE = click.IntRange(min=1)
               show_default=True, help="one JSON object per request on stderr, uvicorn's text "
                                       "lines, or none")
 @click.option("--ray", "on_ray", is_flag=True,
-              help="run as a Ray Serve deployment (the [ray] extra) on RAY_ADDRESS or a local "
-                   "Ray; requests name the adapter in the serve_multiplexed_model_id header")
+              help="run as a Ray Serve deployment (the [ray] extra) on RAY_ADDRESS's cluster "
+                   "(auto: `ray start`'s here) or a Ray of its own; requests name the adapter "
+                   "in the serve_multiplexed_model_id header")
 @click.option("--replicas", default=1, show_default=True, type=POSITIVE,
               help="Ray Serve replicas (with --ray)")
 @device_option("cpu", "; on a GPU mixed batches gather their adapters (not with --ray)")

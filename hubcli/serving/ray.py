@@ -19,9 +19,11 @@ only the header lets Ray send the request to a replica that holds the adapter al
 replica answers POST /v1/predict, GET /health and GET /ready; anything else is a 404 in the one
 refusal shape (listing, loading and metrics are `hub serve`'s without Ray).
 
-On a cluster of its own (no RAY_ADDRESS), `hub serve --ray` starts Ray and Serve and stops them
-at the end; on RAY_ADDRESS's it deletes its own application only, and Serve's HTTP proxy keeps
-the host and port it was started with, if it was.
+Without RAY_ADDRESS, `hub serve --ray` starts a Ray of its own (never joining a `ray start`
+cluster on the machine, as Ray would by default) and stops it at the end; on RAY_ADDRESS's
+cluster (`auto`: the one `ray start` started here) it deletes its own application only, and
+Serve's HTTP proxy keeps the host and port it was started with, if it was. A replica serves
+under any route prefix (`serve run --route-prefix /hub ...`: /hub/v1/predict).
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ class AdapterReplica:
         return name
 
     async def __call__(self, request: Request) -> JSONResponse:
-        route = (request.method, request.url.path.rstrip("/"))
+        route = (request.method, _within(request))
         if route in (("GET", "/health"), ("GET", "/ready")):
             return JSONResponse({"status": "ok" if route[1] == "/health" else "ready"})
         if route != ("POST", "/v1/predict"):
@@ -104,7 +106,18 @@ class AdapterReplica:
         return await self.service.predict(name, body.inputs)
 
     def __del__(self) -> None:
-        self.service.batcher.stop()  # finish what is queued
+        service = getattr(self, "service", None)  # none where __init__ failed
+        if service is not None:
+            service.batcher.stop()  # finish what is queued
+
+
+def _within(request: Request) -> str:
+    """The request's path below the application's route prefix, which Ray's proxy leaves in
+    the path (and gives as the root path): `/hub/v1/predict` under `--route-prefix /hub`."""
+    path, prefix = request.url.path.rstrip("/"), request.scope.get("root_path", "").rstrip("/")
+    if prefix and (path == prefix or path.startswith(prefix + "/")):
+        return path[len(prefix):]
+    return path
 
 
 def build(args: dict[str, str]):
@@ -124,8 +137,8 @@ def run(adapters: list[str], *, replicas: int, host: str, port: int,
         settings: ServeSettings, base: str | None = None, allow_unsigned: bool = False,
         allow_base_mismatch: bool = False,
         notify: Callable[[str], None] = lambda _m: None) -> None:
-    """`hub serve --ray`: `replicas` replicas on the Ray cluster at RAY_ADDRESS (else a local
-    one started here), HTTP on host:port, until SIGINT or SIGTERM; then the application is
+    """`hub serve --ray`: `replicas` replicas on the Ray cluster at RAY_ADDRESS (else one of
+    its own, started here), HTTP on host:port, until SIGINT or SIGTERM; then the application is
     deleted (replicas finish what they have queued), and a Ray started here stops.
 
     Raises:
@@ -136,13 +149,14 @@ def run(adapters: list[str], *, replicas: int, host: str, port: int,
 
     _check_folders(adapters)
     stop = threading.Event()
-    shared = bool(os.environ.get("RAY_ADDRESS"))
-    try:
-        ray.init(include_dashboard=False, log_to_driver=False)
+    address = os.environ.get("RAY_ADDRESS") or None
+    shared = address is not None
+    try:  # "local": a Ray of its own, not a `ray start` cluster Ray would otherwise join
+        ray.init(address=address or "local", include_dashboard=False, log_to_driver=False)
     except ConnectionError as err:
-        raise HubError(f"cannot reach the Ray cluster at RAY_ADDRESS={os.environ['RAY_ADDRESS']}"
-                       f": {err}", hint="start it (`ray start --head`), or unset RAY_ADDRESS "
-                                        "for a local Ray") from None
+        raise HubError(f"cannot reach the Ray cluster at RAY_ADDRESS={address}: {err}",
+                       hint="start it (`ray start --head`), or unset RAY_ADDRESS for a Ray "
+                            "of hub's own") from None
     # after ray.init, which sets a handler of its own (a stack dump, no clean-up); from here
     # a SIGTERM during start-up stops it cleanly too
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
