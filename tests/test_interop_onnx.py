@@ -204,3 +204,7 @@ def test_predict_runs_an_exported_graph_file(adapter, tiny_base_dir, tmp_path):
     assert f"notice: {out} is an exported graph (base, adapter and head)" in by_file.stderr
     by_folder = run("predict", adapter, *TEXTS, "--runtime", "onnx", "--json", *common)
     assert by_file.stdout == by_folder.stdout and len(by_file.stdout.splitlines()) == len(TEXTS)
+    torch_asked = run("predict", out, *TEXTS, "--runtime", "torch", "--base", tiny_base_dir)
+    assert torch_asked.exit_code == 1  # it ran under onnxruntime without a word
+    assert torch_asked.stderr.splitlines()[0] == (
+        f"error: --runtime torch: {out} is an exported graph, which runs under onnxruntime")

@@ -333,6 +333,11 @@ def predict_cmd(args, adapters, pair, context, runtime, device, as_json, **attac
         _check_adapters_and_texts(adapters, args)  # before any is pulled
         folders, texts = [resolve_adapter(a, notify=notice) for a in adapters], list(args)
     elif graph is not None:
+        if runtime == "torch" and click.get_current_context().get_parameter_source(
+                "runtime") is not click.core.ParameterSource.DEFAULT:
+            raise UsageError(f"--runtime torch: {args[0]} is an exported graph, which runs "
+                             "under onnxruntime", hint="drop --runtime, or give the adapter's "
+                                                       "folder to run it with torch")
         texts, runtime = list(args[1:]), "onnx"
     else:
         adapter, texts = split_adapter_and_texts(list(args), notify=notice)

@@ -124,7 +124,8 @@ def before_packaging(manifest: dict[str, Any]) -> set[str]:
     ablate --record` adds its `analysis`): none of them changes a tensor, so a component
     bundled, signed or ablated after the adapter composed over it was trained (the README's
     order) is still the one it was trained with. Its files' digests are checked against the
-    new manifest when it is verified."""
+    new manifest when it is verified. (An ablation recorded over one it already held when
+    pinned is not undone here: the pin does not say what the earlier one was.)"""
     unsigned = {k: v for k, v in manifest.items() if k != "signer"}
     uncarded = {**unsigned, "files": [f for f in unsigned.get("files", ())
                                       if f.get("path") != README]}
@@ -143,7 +144,7 @@ def _checked(found: VerifiedBundle, requirement: dict[str, Any]) -> VerifiedBund
         f"{found.digests[MANIFEST]}, but the adapter requiring it was composed with "
         f"{requirement['manifest_sha256']}", component=label(requirement),
         hint="it is not the exact adapter the fusion or stack was trained with (bundling, "
-             "signing or recording an ablation in it since is fine; anything else changed is "
-             "not): get that one back "
+             "signing or recording a first ablation in it since is fine; anything else "
+             "changed, a second ablation recorded included, is not): get that one back "
              "(`hub pull NS/NAME@VERSION`), or train the composed adapter again")
 
