@@ -493,8 +493,9 @@ def test_two_fusions_over_the_same_adapters_load_side_by_side(runs):
     assert hub.adapters == [*COMPONENTS, "fusion", "fusion2"]
     assert hub.predict(texts, adapter="fusion2") == hub.predict(texts, adapter="fusion")
     both = hub.predict(texts, adapter=["fusion", "fusion2"])
-    assert both == [hub.predict(texts[:1], adapter="fusion")[0],
-                    hub.predict(texts[1:], adapter="fusion2")[0]]
+    # a row in a batch of two is the row alone up to float noise (CI saw 7e-9): not bit for bit
+    assert close(both, [hub.predict(texts[:1], adapter="fusion")[0],
+                        hub.predict(texts[1:], adapter="fusion2")[0]])
     with pytest.raises(AdapterError, match=r"Fuse\(sst-a, sst-b, sst-c\) is fusion and fusion2"):
         hub.predict(texts, compose=Fuse(*COMPONENTS))
     assert hub.predict(texts, compose=Fuse(*COMPONENTS, name="fusion2")) == hub.predict(
