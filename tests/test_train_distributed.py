@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -118,7 +119,6 @@ def test_a_signal_to_hub_train_stops_every_process(still_base, tmp_path, sig):
     writes the checkpoint and says so, and nothing is left running. SIGHUP (the terminal
     closed) stops them as it stops one process, at once; it left them training too."""
     import signal
-    import time
 
     out, log = tmp_path / "out", tmp_path / "log.jsonl"
     temp = tmp_path / "temp"
@@ -162,3 +162,28 @@ def test_a_signal_to_hub_train_stops_every_process(still_base, tmp_path, sig):
         proc.kill()
         for pid in left():
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_signal_this_process_ignores_is_not_passed_on():
+    """Under `nohup` (SIGHUP ignored) the run must outlive the terminal, as one process does:
+    passed on, SIGHUP stopped torchrun and the ranks with it."""
+    import signal
+
+    from hubcli.local.launch import _passed_on
+
+    class Child:
+        sent: list = []
+
+        def send_signal(self, sig: int) -> None:
+            self.sent.append(sig)
+
+    ignored = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with _passed_on(Child()):
+            os.kill(os.getpid(), signal.SIGHUP)
+            os.kill(os.getpid(), signal.SIGQUIT)
+            time.sleep(0.1)  # handlers run between bytecodes of the main thread
+        assert Child.sent == [signal.SIGQUIT]
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, ignored)

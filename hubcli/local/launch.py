@@ -12,7 +12,8 @@ finishes its step, rank 0 writes the checkpoint and says so, and this process wa
 all. (In one process group, a terminal's Ctrl-C reached each of them and torchrun again,
 and SIGTERM to this process alone left them all training.) SIGHUP (the terminal closed) and
 SIGQUIT are passed on too, and stop the workers as they stop one process: at once, with no
-checkpoint; outside the terminal's session, nothing else would reach them.
+checkpoint; outside the terminal's session, nothing else would reach them. A signal this
+process ignores (`nohup`) is not passed on: the run outlives the terminal, as one process does.
 """
 
 from __future__ import annotations
@@ -75,12 +76,15 @@ def launch(s: TrainSettings, nproc: int) -> TrainResult:
 @contextmanager
 def _passed_on(child: subprocess.Popen) -> Iterator[None]:
     """While inside, the signals that stop a process (`PASSED_ON`) are sent on to `child`
-    instead of stopping this one (on the main thread; elsewhere signals cannot be caught, and
-    nothing changes)."""
+    instead of stopping this one, but for those this process ignores (on the main thread;
+    elsewhere signals cannot be caught, and nothing changes)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    kept = {sig: signal.getsignal(sig) for sig in PASSED_ON}
+    # one this process ignores (SIGHUP under nohup; SIGINT, SIGQUIT in a script's `cmd &`)
+    # stays ignored: passed on, it would stop the run that was meant to outlive it
+    kept = {sig: handler for sig in PASSED_ON
+            if (handler := signal.getsignal(sig)) is not signal.SIG_IGN}
     for sig in kept:
         signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
     try:
