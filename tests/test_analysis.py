@@ -155,15 +155,17 @@ def test_sweep_keeps_runs_only_for_the_same_settings(tiny_base_dir, tmp_path):
 
 
 def test_sweep_names_bad_data_and_out_in_one_line(tiny_base_dir, tmp_path):
-    """A missing data file, a folder given as data, or a file as --out were tracebacks from
-    hashing the data for the settings record, before training checked anything."""
+    """A missing data file, a folder given as data, a file as --out or in it were tracebacks
+    from hashing the data for the settings record, before training checked anything."""
     afile = tmp_path / "afile"
     afile.write_text("hi\n")
     for more, line in ((["--train", tmp_path / "missing.tsv"],
                         f"error: {tmp_path / 'missing.tsv'}: file not found"),
                        (["--validation", tmp_path],
                         f"error: {tmp_path}: cannot read the file: Is a directory"),
-                       (["--out", afile], f"error: --out {afile}: is a file, not a folder")):
+                       (["--out", afile], f"error: --out {afile}: is a file, not a folder"),
+                       (["--out", afile / "sub"],
+                        f"error: --out {afile / 'sub'}: {afile} is a file, not a folder")):
         result = CliRunner().invoke(cli, _sweep_args(tiny_base_dir, tmp_path / "out", *more))
         assert result.exit_code == 1
         assert result.stderr.splitlines()[0] == line

@@ -20,6 +20,7 @@ from hubcli.errors import OptionError
 from hubcli.format import manifest as manifest_io
 from hubcli.fsutil import atomic_write_text, sha256_file, staged_dir
 from hubcli.local import checkpoint
+from hubcli.local.options import check_writable
 from hubcli.local.train import TrainSettings, train
 from hubcli.tasks.base import readable
 
@@ -102,13 +103,15 @@ def _check_settings(settings: TrainSettings, out: Path) -> None:
     column) is simply run again.
 
     Raises:
-        OptionError: `out` is a file, records other settings than its kept runs' (each
-            difference named), or holds finished runs and no record of theirs.
+        OptionError: `out` is a file, in one, or where nothing can be written; records other
+            settings than its kept runs' (each difference named), or holds finished runs and
+            no record of theirs.
         DataError: a data file is missing or unreadable.
     """
     if out.exists() and not out.is_dir():
         raise OptionError("--out", out, "is a file, not a folder",
                           hint="name a folder (it is made if missing)")
+    check_writable(out)
     now, record = _decisive(settings), out / SETTINGS
     finished = any((out / "runs").glob(f"*/{manifest_io.MANIFEST}"))
     stopped = any((out / "runs").glob(checkpoint.path_for(Path("*")).name))  # <run>.ckpt

@@ -90,12 +90,16 @@ def check_out(out: Path, *, overwrite: bool, markers: tuple[str, ...] | None = N
             raise OptionError("--out", out, f"holds files that are not {what}; "
                               f"--overwrite replaces only a folder {writer} wrote",
                               hint="choose a new or empty folder")
-    _check_writable(out)
+    check_writable(out)
 
 
-def _check_writable(out: Path) -> None:
+def check_writable(out: Path) -> None:
     """The folder that will hold `out` (its nearest existing ancestor) must be writable: the
-    trained folder is staged beside `out` and renamed into place."""
+    trained folder is staged beside `out` and renamed into place.
+
+    Raises:
+        OptionError: that ancestor is a file, or cannot be written.
+    """
     parent = out.resolve().parent
     while not parent.exists():
         parent = parent.parent
