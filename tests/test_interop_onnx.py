@@ -208,3 +208,7 @@ def test_predict_runs_an_exported_graph_file(adapter, tiny_base_dir, tmp_path):
     assert torch_asked.exit_code == 1  # it ran under onnxruntime without a word
     assert torch_asked.stderr.splitlines()[0] == (
         f"error: --runtime torch: {out} is an exported graph, which runs under onnxruntime")
+    on_gpu = run("predict", out, *TEXTS, "--device", "cuda", "--base", tiny_base_dir)
+    assert on_gpu.exit_code == 1  # its hint was --runtime torch, which is refused
+    assert on_gpu.stderr.splitlines()[1] == (
+        "hint: drop --device, or give the adapter's folder to run it with torch")

@@ -349,7 +349,9 @@ def predict_cmd(args, adapters, pair, context, runtime, device, as_json, **attac
     second = _second_text(pair, context)
     if device not in ("cpu", "auto") and runtime == "onnx":
         raise UsageError(f"--device {device} applies to the torch runtime",
-                         hint="drop --device, or use --runtime torch")
+                         hint="drop --device, or " + ("give the adapter's folder to run it "
+                                                      "with torch" if graph else
+                                                      "use --runtime torch"))
     if adapters:
         if runtime == "onnx":
             raise UsageError("--runtime onnx runs one adapter", hint="drop --adapter/-a")

@@ -144,7 +144,7 @@ def _checked(found: VerifiedBundle, requirement: dict[str, Any]) -> VerifiedBund
         f"{found.digests[MANIFEST]}, but the adapter requiring it was composed with "
         f"{requirement['manifest_sha256']}", component=label(requirement),
         hint="it is not the exact adapter the fusion or stack was trained with (bundling, "
-             "signing or recording a first ablation in it since is fine; anything else "
-             "changed, a second ablation recorded included, is not): get that one back "
+             "signing or recording an ablation in it since is fine, unless it held one "
+             "already then; anything else changed is not): get that one back "
              "(`hub pull NS/NAME@VERSION`), or train the composed adapter again")
 

@@ -150,7 +150,7 @@ def run(adapters: list[str], *, replicas: int, host: str, port: int,
     _check_folders(adapters)
     stop = threading.Event()
     address = os.environ.get("RAY_ADDRESS") or None
-    shared = address is not None
+    shared = address not in (None, "local")
     try:  # "local": a Ray of its own, not a `ray start` cluster Ray would otherwise join
         ray.init(address=address or "local", include_dashboard=False, log_to_driver=False)
     except ConnectionError as err:
