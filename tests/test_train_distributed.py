@@ -129,7 +129,9 @@ def test_a_signal_to_hub_train_stops_every_process(still_base, tmp_path, sig):
             "--max-length", 16, "--bottleneck", 4, "--quiet", "--log-every", 1,
             "--log-json", log, "--out", out, "--nproc", 2))],
         stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(Path(__file__).parents[1])})
+        env={**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(Path(__file__).parents[1])},
+        # as from a terminal, whatever this test runs under (nohup ignores SIGHUP: kept so)
+        preexec_fn=lambda: signal.signal(getattr(signal, sig), signal.SIG_DFL))
 
     def left() -> list[int]:  # torchrun and the ranks: their command lines name `temp`
         pids = []
@@ -177,7 +179,9 @@ def test_a_signal_this_process_ignores_is_not_passed_on():
         def send_signal(self, sig: int) -> None:
             self.sent.append(sig)
 
-    ignored = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # as under nohup, whatever this test runs under (a shell's `cmd &` ignores SIGQUIT)
+    before = {signal.SIGHUP: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+              signal.SIGQUIT: signal.signal(signal.SIGQUIT, signal.SIG_DFL)}
     try:
         with _passed_on(Child()):
             os.kill(os.getpid(), signal.SIGHUP)
@@ -186,4 +190,5 @@ def test_a_signal_this_process_ignores_is_not_passed_on():
         assert Child.sent == [signal.SIGQUIT]
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
-        signal.signal(signal.SIGHUP, ignored)
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
