@@ -130,7 +130,8 @@ def test_a_signal_to_hub_train_stops_every_process(still_base, tmp_path, sig):
             "--log-json", log, "--out", out, "--nproc", 2))],
         stderr=subprocess.PIPE, text=True,
         env={**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(Path(__file__).parents[1])},
-        # as from a terminal, whatever this test runs under (nohup ignores SIGHUP: kept so)
+        # not ignored, as from a terminal, whatever this test runs under (under nohup or a
+        # shell's `cmd &` it would be, and hub rightly keeps an ignored signal ignored)
         preexec_fn=lambda: signal.signal(getattr(signal, sig), signal.SIG_DFL))
 
     def left() -> list[int]:  # torchrun and the ranks: their command lines name `temp`
